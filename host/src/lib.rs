@@ -1,0 +1,2 @@
+//! etcd-steward: an etcd operator whose status verdicts come from sandboxed
+//! WebAssembly policies.

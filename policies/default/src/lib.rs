@@ -1,0 +1,1 @@
+//! etcd-steward's default status policy.

@@ -1,0 +1,370 @@
+//! Plain Rust types for the `steward:status@0.1.0` contract (`wit/status-policy.wit`).
+//!
+//! They mirror the WIT records one to one, and carry the serde shape used by
+//! observation and test-case YAML files (camelCase keys, unknown keys
+//! rejected). The host converts between these and its `wasmtime` bindings;
+//! a Rust policy converts between these and its `wit-bindgen` bindings, so
+//! its decision logic can be unit-tested and benchmarked natively.
+//!
+//! A policy written in another language needs none of this: `wit/` is the
+//! whole contract.
+
+use serde::{Deserialize, Serialize};
+
+mod member_id;
+
+/// Unix time in milliseconds. The host is the only clock.
+pub type TimestampMs = i64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum HostPhase {
+    Bootstrapping,
+    ScalingUp,
+    ScalingDown,
+    #[default]
+    Steady,
+    Paused,
+    Deleting,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterRef {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub generation: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    pub desired_replicas: u32,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_backend_bytes: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberRole {
+    #[default]
+    Voter,
+    Learner,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub enum PodPhase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+    /// No Pod exists for the member.
+    Absent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Termination {
+    pub reason: String,
+    pub exit_code: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<TimestampMs>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Member {
+    pub name: String,
+    #[serde(default)]
+    pub role: MemberRole,
+    #[serde(default, with = "member_id::option", skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<u64>,
+    #[serde(default)]
+    pub endpoint: String,
+    #[serde(default)]
+    pub pod_phase: PodPhase,
+    #[serde(default)]
+    pub pod_ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ready_since: Option<TimestampMs>,
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_termination: Option<Termination>,
+    #[serde(default)]
+    pub pod_deleting: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProbeErrorKind {
+    Timeout,
+    Dns,
+    Refused,
+    Tls,
+    Auth,
+    Other,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeError {
+    pub kind: ProbeErrorKind,
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AlarmKind {
+    Nospace,
+    Corrupt,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EndpointStatus {
+    #[serde(with = "member_id")]
+    pub member_id: u64,
+    #[serde(default, with = "member_id")]
+    pub leader_id: u64,
+    #[serde(default)]
+    pub raft_term: u64,
+    #[serde(default)]
+    pub raft_index: u64,
+    #[serde(default)]
+    pub raft_applied_index: u64,
+    #[serde(default)]
+    pub db_size: u64,
+    #[serde(default)]
+    pub db_size_in_use: u64,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<AlarmKind>,
+    #[serde(default)]
+    pub is_learner: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProbeOutcome {
+    Answered(EndpointStatus),
+    Failed(ProbeError),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EndpointProbe {
+    pub member: String,
+    #[serde(default)]
+    pub endpoint: String,
+    pub outcome: ProbeOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdMember {
+    #[serde(with = "member_id")]
+    pub id: u64,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub peer_urls: Vec<String>,
+    #[serde(default)]
+    pub client_urls: Vec<String>,
+    #[serde(default)]
+    pub is_learner: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberListOutcome {
+    Listed(Vec<EtcdMember>),
+    Failed(ProbeError),
+    #[default]
+    NotAttempted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum QuorumReadOutcome {
+    Succeeded,
+    Failed(ProbeError),
+    #[default]
+    NotAttempted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeReport {
+    #[serde(default)]
+    pub endpoints: Vec<EndpointProbe>,
+    #[serde(default)]
+    pub member_list: MemberListOutcome,
+    #[serde(default)]
+    pub quorum_read: QuorumReadOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Probing {
+    Attempted(ProbeReport),
+    /// The host could not probe at all; the text says why.
+    Skipped(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreviousCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: ConditionStatus,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub since: TimestampMs,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct History {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified: Option<TimestampMs>,
+    #[serde(default)]
+    pub unverified_streak: u32,
+    #[serde(default)]
+    pub previous_conditions: Vec<PreviousCondition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Observation {
+    #[serde(default)]
+    pub cluster: ClusterRef,
+    pub spec: ClusterSpec,
+    #[serde(default)]
+    pub phase: HostPhase,
+    #[serde(default)]
+    pub members: Vec<Member>,
+    pub probing: Probing,
+    #[serde(default)]
+    pub history: History,
+    pub now: TimestampMs,
+    /// JSON text; "{}" when the cluster sets none.
+    #[serde(default = "empty_settings")]
+    pub settings: String,
+}
+
+fn empty_settings() -> String {
+    "{}".to_owned()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: ConditionStatus,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl Condition {
+    pub fn new(
+        type_: impl Into<String>,
+        status: ConditionStatus,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Event {
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Verdict {
+    pub conditions: Vec<Condition>,
+    pub ready_members: u32,
+    pub verified: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_after_ms: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<Event>,
+}
+
+impl Verdict {
+    /// The condition of the given type, if the verdict has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyInfo {
+    pub name: String,
+    pub version: String,
+    pub condition_types: Vec<String>,
+    /// JSON Schema, as text.
+    pub settings_schema: String,
+}
+
+/// Voters needed for a quorum among `voters` voting members.
+pub fn quorum(voters: usize) -> usize {
+    voters / 2 + 1
+}

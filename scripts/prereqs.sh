@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need, once; cheap when all is present.
+# Called by the Makefile before every build, so a fresh clone needs no manual step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { echo "prereqs: $*" >&2; }
+
+# 1. The pinned toolchain with the wasm32-wasip2 target (rust-toolchain.toml).
+#    rustup installs the file's targets only when it installs the toolchain,
+#    so an already-present toolchain without the target needs this call.
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  say "installing the toolchain and targets from rust-toolchain.toml"
+  rustup toolchain install
+fi
+
+# 2. protoc, for etcd-client's generated gRPC code.
+if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing protobuf-compiler"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+  else
+    say "protoc is missing: install protobuf-compiler (or set PROTOC) and re-run"
+    exit 1
+  fi
+fi
+
+# 3. The etcd binaries (etcd, etcdctl, etcdutl) for the end-to-end tests.
+scripts/ensure-etcd.sh >/dev/null
