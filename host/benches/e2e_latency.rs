@@ -1,0 +1,95 @@
+//! End-to-end latency figures for docs/benchmarks.md:
+//! - detection latency of the seed incident (every member stops gracefully)
+//!   and of a frozen cluster (SIGSTOP, Pods stay Ready);
+//! - time to scale 3 -> 5.
+//!
+//! Runs real etcd through the test control plane, so it needs the private
+//! mount namespace:
+//!
+//! ```sh
+//! scripts/in-namespace.sh cargo bench -p etcd-steward --bench e2e_latency
+//! ```
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const ROUNDS: usize = 5;
+
+fn stats(name: &str, mut xs: Vec<Duration>) {
+    xs.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let median = xs[xs.len() / 2];
+    println!(
+        "{name:<44} n={:<2} min={:>7.0}ms median={:>7.0}ms max={:>7.0}ms",
+        xs.len(),
+        ms(xs[0]),
+        ms(median),
+        ms(*xs.last().unwrap())
+    );
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("e2e_latency: bench");
+        return;
+    }
+    run(async {
+        let env = Env::start().await;
+        env.create_cluster("bench", 3).await;
+        env.wait_available("bench", 3).await;
+
+        let mut incident = Vec::new();
+        for _ in 0..ROUNDS {
+            let watch = env.watch("bench").await;
+            let t0 = Instant::now();
+            env.plane.kubelet().stop_node().await;
+            watch
+                .until("Available=False", |c| condition(c, "Available") == Some("False"))
+                .await;
+            incident.push(t0.elapsed());
+            env.plane.kubelet().start_node();
+            env.wait_available("bench", 3).await;
+        }
+
+        let mut frozen = Vec::new();
+        for _ in 0..ROUNDS {
+            let names = env.member_names("bench").await;
+            let watch = env.watch("bench").await;
+            let t0 = Instant::now();
+            for n in &names {
+                env.plane.kubelet().freeze(NS, n).await.unwrap();
+            }
+            watch
+                .until("Available=False", |c| condition(c, "Available") == Some("False"))
+                .await;
+            frozen.push(t0.elapsed());
+            for n in &names {
+                env.plane.kubelet().thaw(NS, n).await.unwrap();
+            }
+            env.wait_available("bench", 3).await;
+        }
+
+        let mut scale = Vec::new();
+        for _ in 0..2 {
+            let t0 = Instant::now();
+            env.scale("bench", 5).await;
+            env.wait_available("bench", 5).await;
+            scale.push(t0.elapsed());
+            env.scale("bench", 3).await;
+            env.wait_for("bench", "3 members", |c| {
+                ready_members(c) == 3 && c.status.as_ref().is_some_and(|s| s.members.len() == 3)
+            })
+            .await;
+        }
+
+        println!("resync 2 s, probe deadline 2 s (the defaults) (support::run_args)");
+        stats("detection: every member stops gracefully", incident);
+        stats("detection: every member frozen (SIGSTOP)", frozen);
+        stats("scale 3 -> 5 (Available with 5 ready)", scale);
+        env.shutdown().await;
+    });
+}

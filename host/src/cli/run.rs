@@ -1,0 +1,139 @@
+//! `etcd-steward run`: the operator, in-cluster or against any kubeconfig.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::controller::{self, Context, OperatorConfig, Scope};
+use crate::etcd::{ClientConfig, EtcdClient, FaultyEtcd, Faults};
+use crate::metrics::Metrics;
+use crate::policy::{Limits, PolicyEngine};
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Repository of the etcd image; members run `<repository>:v<spec.version>`.
+    #[arg(long, env = "ETCD_STEWARD_ETCD_IMAGE", default_value = "quay.io/coreos/etcd")]
+    pub etcd_image: String,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "ETCD_STEWARD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Deadline of every etcd RPC, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub probe_deadline_ms: u64,
+    /// How often a steady cluster is re-probed, in milliseconds. Bounds how
+    /// fast a silent outage (a frozen etcd changes no Kubernetes object) shows.
+    #[arg(long, default_value_t = 2000)]
+    pub resync_ms: u64,
+    /// Deadline of one policy evaluation, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub policy_deadline_ms: u64,
+    /// Memory cap of one policy evaluation, in MiB.
+    #[arg(long, default_value_t = 32)]
+    pub policy_memory_mib: u64,
+    /// Where to serve /metrics and /healthz (empty: don't).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: String,
+}
+
+impl RunArgs {
+    pub fn operator_config(&self) -> OperatorConfig {
+        OperatorConfig {
+            etcd_image: self.etcd_image.clone(),
+            probe_deadline: Duration::from_millis(self.probe_deadline_ms),
+            resync: Duration::from_millis(self.resync_ms),
+            busy_resync: Duration::from_millis(self.resync_ms.min(1000)),
+            ..OperatorConfig::default()
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            deadline: Duration::from_millis(self.policy_deadline_ms),
+            memory_bytes: (self.policy_memory_mib * 1024 * 1024) as usize,
+            ..Limits::default()
+        }
+    }
+}
+
+/// Everything `run` needs besides the client, so tests and the sandbox can
+/// start the very same operator in-process (with etcd faults injectable).
+pub struct Operator {
+    pub args: RunArgs,
+    pub faults: Faults,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Operator {
+    pub fn new(args: RunArgs) -> Self {
+        Self {
+            args,
+            faults: Faults::new(),
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// The shared context, with the watch caches started.
+    pub async fn context(&self, client: kube::Client) -> anyhow::Result<Arc<Context>> {
+        let engine = PolicyEngine::new(self.args.limits())?;
+        let etcd = EtcdClient::new(ClientConfig {
+            deadline: Duration::from_millis(self.args.probe_deadline_ms),
+            ..ClientConfig::default()
+        });
+        let etcd = Arc::new(FaultyEtcd::new(etcd, self.faults.clone()));
+        Context::start(
+            client,
+            etcd,
+            engine,
+            self.args.operator_config(),
+            &self.scope(),
+            self.metrics.clone(),
+        )
+        .await
+    }
+
+    pub fn scope(&self) -> Scope {
+        Scope {
+            namespace: self.args.namespace.clone(),
+        }
+    }
+
+    pub async fn run(
+        self,
+        client: kube::Client,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let ctx = self.context(client).await?;
+        controller::run(ctx, &self.scope(), shutdown).await
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let operator = Operator::new(args);
+    if !operator.args.metrics_addr.is_empty() {
+        let addr: SocketAddr = operator.args.metrics_addr.parse()?;
+        tokio::spawn(serve_metrics(addr, operator.metrics.clone()));
+    }
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    operator.run(client, shutdown).await
+}
+
+async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move { m.encode() }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}

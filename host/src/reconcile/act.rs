@@ -1,0 +1,200 @@
+//! Stage 4: take at most one membership step, after the status is written.
+//!
+//! Failures here are recorded on the [`Context`] and appear in the next
+//! status (`status.lastActionError`) and as a Warning Event; they never
+//! change the status this reconcile already wrote.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::{Resource, ResourceExt};
+
+use super::plan::{Step, plan};
+use super::status::StatusWritten;
+use crate::api::{EtcdCluster, EtcdMember};
+use crate::controller::{Context, FIELD_MANAGER};
+use crate::resources;
+
+pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
+    let e = &written.evaluated;
+    let cluster = &e.observed.cluster;
+
+    let result = async {
+        ensure_services(cluster, ctx).await?;
+        let facts = e
+            .observed
+            .plan_facts(e.verdict.verified, ctx.config.promote_max_lag);
+        let step = plan(&facts);
+        if step.changes_membership() {
+            tracing::info!(cluster = %cluster.name_any(), ?step, "membership step");
+        }
+        take(&step, &written, ctx).await?;
+        Ok::<Step, anyhow::Error>(step)
+    }
+    .await;
+
+    let step = match result {
+        Ok(step) => {
+            ctx.record_action(cluster, None);
+            Some(step)
+        }
+        Err(err) => {
+            let message = format!("{err:#}");
+            tracing::warn!(cluster = %cluster.name_any(), error = %message, "action failed");
+            let ev = KubeEvent {
+                type_: KubeEventType::Warning,
+                reason: "ActionFailed".into(),
+                note: Some(message.chars().take(1000).collect()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
+            ctx.record_action(cluster, Some(message));
+            None
+        }
+    };
+
+    // Membership in motion, or an unverified cluster, is looked at sooner.
+    let busy = step.as_ref().is_none_or(|s| !matches!(s, Step::Idle)) || !e.verdict.verified;
+    let mut next = if busy { ctx.config.busy_resync } else { ctx.config.resync };
+    if let Some(hint) = e.verdict.requeue_after_ms {
+        next = next.min(Duration::from_millis(hint.max(100) as u64));
+    }
+    Action::requeue(next)
+}
+
+async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> anyhow::Result<()> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(ctx.client.clone(), &ns);
+    for svc in [resources::headless_service(cluster)?, resources::client_service(cluster)?] {
+        api.patch(&svc.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&svc))
+            .await?;
+    }
+    Ok(())
+}
+
+async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Result<()> {
+    let e = &written.evaluated;
+    let cluster = &e.observed.cluster;
+    let ns = cluster.namespace().unwrap_or_default();
+    let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
+    match step {
+        Step::Idle | Step::Wait(_) => Ok(()),
+        Step::CreateSeed => {
+            let name = ctx.new_member_name(cluster);
+            let initial = resources::seed_initial_cluster(&name, &cluster.name_any(), &ns);
+            let member = resources::member_object(cluster, &name, &initial, true)?;
+            members.create(&PostParams::default(), &member).await?;
+            Ok(())
+        }
+        Step::AddLearner => {
+            let name = ctx.new_member_name(cluster);
+            let peer = resources::member_peer_url(&name, &cluster.name_any(), &ns);
+            let endpoints = leader_first_endpoints(written);
+            let added = ctx
+                .etcd
+                .member_add_as_learner(&endpoints, std::slice::from_ref(&peer))
+                .await?;
+            let initial = initial_cluster(&added.members, &name, &peer);
+            let member = resources::member_object(cluster, &name, &initial, false)?;
+            members.create(&PostParams::default(), &member).await?;
+            Ok(())
+        }
+        Step::Adopt { name } => {
+            let listed = e.observed.listed_members().unwrap_or_default();
+            let peer = resources::member_peer_url(name, &cluster.name_any(), &ns);
+            let initial = initial_cluster(listed, name, &peer);
+            let member = resources::member_object(cluster, name, &initial, false)?;
+            members.create(&PostParams::default(), &member).await?;
+            Ok(())
+        }
+        Step::Promote { id, .. } => {
+            ctx.etcd
+                .member_promote(&leader_first_endpoints(written), *id)
+                .await?;
+            Ok(())
+        }
+        Step::Remove { name } => {
+            // The member's finalizer runs MemberRemove, after verifying quorum.
+            members.delete(name, &Default::default()).await?;
+            Ok(())
+        }
+        Step::MakeDormant { name } | Step::Wake { name } => {
+            let dormant = matches!(step, Step::MakeDormant { .. });
+            let patch = serde_json::json!({"spec": {"dormant": dormant}});
+            members
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            Ok(())
+        }
+    }
+}
+
+/// `name=peerURL,...` from etcd's own member list, naming the new member.
+fn initial_cluster(listed: &[steward_policy_sdk::EtcdMember], name: &str, peer: &str) -> String {
+    let mut parts: Vec<String> = listed
+        .iter()
+        .filter(|m| !m.peer_urls.iter().any(|u| u == peer))
+        .filter_map(|m| {
+            let n = if m.name.is_empty() {
+                super::plan::member_name_from_peer_url(m.peer_urls.first()?)?.to_owned()
+            } else {
+                m.name.clone()
+            };
+            Some(format!("{n}={}", m.peer_urls.first()?))
+        })
+        .collect();
+    parts.push(format!("{name}={peer}"));
+    parts.join(",")
+}
+
+/// Client endpoints that answered this reconcile, the leader's first.
+fn leader_first_endpoints(written: &StatusWritten) -> Vec<String> {
+    let e = &written.evaluated;
+    let leader = e.observed.leader_id();
+    let mut answered: Vec<(bool, String)> = e
+        .observed
+        .report()
+        .into_iter()
+        .flat_map(|r| r.endpoints.iter())
+        .filter_map(|p| match &p.outcome {
+            steward_policy_sdk::ProbeOutcome::Answered(s) => {
+                Some((Some(s.member_id) != leader, p.endpoint.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    answered.sort();
+    answered.into_iter().map(|(_, e)| e).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_cluster_comes_from_etcds_member_list() {
+        let listed = vec![
+            steward_policy_sdk::EtcdMember {
+                id: 1,
+                name: "etcd-a".into(),
+                peer_urls: vec!["http://etcd-a.etcd.ns.svc:2380".into()],
+                client_urls: vec![],
+                is_learner: false,
+            },
+            steward_policy_sdk::EtcdMember {
+                id: 2,
+                name: String::new(),
+                peer_urls: vec!["http://etcd-b.etcd.ns.svc:2380".into()],
+                client_urls: vec![],
+                is_learner: true,
+            },
+        ];
+        assert_eq!(
+            initial_cluster(&listed, "etcd-b", "http://etcd-b.etcd.ns.svc:2380"),
+            "etcd-a=http://etcd-a.etcd.ns.svc:2380,etcd-b=http://etcd-b.etcd.ns.svc:2380"
+        );
+    }
+}

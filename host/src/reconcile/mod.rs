@@ -1,0 +1,46 @@
+//! One reconcile of an EtcdCluster, in four stages that always run in order:
+//!
+//! ```text
+//! observe  ->  evaluate (policy)  ->  write status  ->  act
+//! ```
+//!
+//! The order is carried by the types, not by discipline:
+//! - [`observe::observe`] returns an [`observe::Observed`], not a `Result`:
+//!   every etcd fault (timeout, DNS, refused, TLS) is data in it.
+//! - [`evaluate::evaluate`] returns an [`evaluate::Evaluated`]: a broken
+//!   policy yields the host's fallback verdict, never an error.
+//! - [`status::write`] is the first step that may fail, and only on the
+//!   Kubernetes API. It returns the [`status::StatusWritten`] token, which
+//!   nothing else can construct.
+//! - [`act::act`] takes that token by value: no membership action can run
+//!   before this reconcile's status is written, and no action's failure can
+//!   reach back into it. Its errors are recorded and shown by the next status.
+//!
+//! An early return before the status write would need an etcd call that
+//! returns a `Result` here, and there is none: that is the incident this
+//! project starts from, made unrepresentable.
+
+pub mod act;
+pub mod evaluate;
+pub mod observe;
+pub mod plan;
+pub mod pod_facts;
+pub mod status;
+
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+
+use crate::api::EtcdCluster;
+use crate::controller::{Context, Error};
+
+/// The whole pipeline for one EtcdCluster.
+pub async fn reconcile_cluster(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let observed = observe::observe(&cluster, &ctx).await;
+    let evaluated = evaluate::evaluate(observed, &ctx);
+    let written = status::write(evaluated, &ctx).await?;
+    let next = act::act(written, &ctx).await;
+    ctx.metrics.observe_reconcile(started.elapsed());
+    Ok(next)
+}

@@ -1,0 +1,333 @@
+//! Stage 1: gather what Kubernetes and etcd say about one cluster.
+//!
+//! Kubernetes objects come from the watch caches; etcd is probed through
+//! [`crate::observe::probe_cluster`]. Nothing here returns a `Result`: an
+//! etcd that does not answer is the most important thing to observe, and
+//! the policy (not this code) decides what it means.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use steward_policy_sdk as sdk;
+
+use super::plan::{Facts, MemberFacts};
+use super::pod_facts::{PodFacts, ms, pod_facts};
+use crate::api::{EtcdCluster, EtcdMember, MemberRole as ApiRole};
+use crate::controller::Context;
+use crate::observe::{ProbeTarget, probe_cluster};
+use crate::resources;
+
+/// One member as the reconcile sees it.
+#[derive(Clone, Debug)]
+pub struct MemberView {
+    pub object: Arc<EtcdMember>,
+    pub pod: PodFacts,
+}
+
+impl MemberView {
+    pub fn name(&self) -> String {
+        self.object.name_any()
+    }
+}
+
+/// The output of the observe stage.
+pub struct Observed {
+    pub cluster: Arc<EtcdCluster>,
+    pub members: Vec<MemberView>,
+    /// What the policy receives.
+    pub observation: sdk::Observation,
+    /// The cluster ID, latched now or earlier.
+    pub cluster_id: Option<String>,
+    pub now: jiff::Timestamp,
+}
+
+impl Observed {
+    pub fn report(&self) -> Option<&sdk::ProbeReport> {
+        match &self.observation.probing {
+            sdk::Probing::Attempted(r) => Some(r),
+            sdk::Probing::Skipped(_) => None,
+        }
+    }
+
+    pub fn listed_members(&self) -> Option<&[sdk::EtcdMember]> {
+        match &self.report()?.member_list {
+            sdk::MemberListOutcome::Listed(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Endpoint statuses that answered, by member name.
+    pub fn answered(&self) -> BTreeMap<&str, &sdk::EndpointStatus> {
+        self.report()
+            .into_iter()
+            .flat_map(|r| r.endpoints.iter())
+            .filter_map(|p| match &p.outcome {
+                sdk::ProbeOutcome::Answered(s) => Some((p.member.as_str(), s)),
+                sdk::ProbeOutcome::Failed(_) => None,
+            })
+            .collect()
+    }
+
+    pub fn leader_id(&self) -> Option<u64> {
+        self.answered()
+            .values()
+            .map(|s| s.leader_id)
+            .find(|&l| l != 0)
+    }
+
+    /// The facts the membership planner decides on.
+    pub fn plan_facts(&self, quorum_verified: bool, promote_max_lag: u64) -> Facts {
+        Facts {
+            desired: self.cluster.spec.replicas.max(0) as u32,
+            deleting: self.cluster.metadata.deletion_timestamp.is_some(),
+            cluster_id_latched: self.cluster_id.is_some(),
+            quorum_verified,
+            members: self
+                .members
+                .iter()
+                .map(|m| MemberFacts {
+                    name: m.name(),
+                    created_ms: m
+                        .object
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map_or(0, ms),
+                    dormant: m.object.spec.dormant,
+                    deleting: m.object.metadata.deletion_timestamp.is_some(),
+                })
+                .collect(),
+            etcd_members: self.listed_members().map(<[_]>::to_vec),
+            raft_index: self
+                .answered()
+                .values()
+                .map(|s| (s.member_id, s.raft_index))
+                .collect(),
+            leader_id: self.leader_id(),
+            promote_max_lag,
+        }
+    }
+}
+
+/// The members of a cluster, from the watch cache, oldest first.
+pub fn cluster_members(ctx: &Context, cluster: &EtcdCluster) -> Vec<Arc<EtcdMember>> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let mut members: Vec<Arc<EtcdMember>> = ctx
+        .stores
+        .members
+        .state()
+        .into_iter()
+        .filter(|m| m.namespace().as_deref() == Some(ns.as_str()) && m.spec.cluster == name)
+        .collect();
+    members.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    members
+}
+
+pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
+    let now = ctx.clock.now();
+    let ns = cluster.namespace().unwrap_or_default();
+    let members: Vec<MemberView> = cluster_members(ctx, cluster)
+        .into_iter()
+        .map(|object| {
+            let pod = ctx
+                .stores
+                .pods
+                .get(&kube::runtime::reflector::ObjectRef::new(&object.name_any()).within(&ns));
+            MemberView {
+                pod: pod_facts(pod.as_deref()),
+                object,
+            }
+        })
+        .collect();
+
+    let targets: Vec<ProbeTarget> = members
+        .iter()
+        .filter(|m| !m.object.spec.dormant)
+        .map(|m| ProbeTarget {
+            member: m.name(),
+            endpoint: resources::client_url(cluster, &m.name()),
+        })
+        .collect();
+
+    let probing = if targets.is_empty() {
+        sdk::Probing::Skipped(if members.is_empty() {
+            "the cluster has no members yet".into()
+        } else {
+            "every member is dormant (replicas 0)".into()
+        })
+    } else {
+        sdk::Probing::Attempted(probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await)
+    };
+
+    let status = cluster.status.clone().unwrap_or_default();
+    let mut cluster_id = status.cluster_id.clone().filter(|s| !s.is_empty());
+    if cluster_id.is_none() {
+        cluster_id = latch_cluster_id(ctx, &members, &probing).await;
+    }
+
+    let listed = match &probing {
+        sdk::Probing::Attempted(r) => match &r.member_list {
+            sdk::MemberListOutcome::Listed(l) => Some(l.as_slice()),
+            _ => None,
+        },
+        sdk::Probing::Skipped(_) => None,
+    };
+
+    let observation = sdk::Observation {
+        cluster: sdk::ClusterRef {
+            namespace: ns.clone(),
+            name: cluster.name_any(),
+            uid: cluster.uid().unwrap_or_default(),
+            generation: cluster.metadata.generation.unwrap_or_default(),
+        },
+        spec: sdk::ClusterSpec {
+            desired_replicas: cluster.spec.replicas.max(0) as u32,
+            version: cluster.spec.version.clone(),
+            quota_backend_bytes: cluster
+                .spec
+                .options
+                .as_ref()
+                .and_then(|o| o.quota_backend_bytes)
+                .map(|q| q.max(0) as u64),
+        },
+        phase: host_phase(cluster, &members, listed, cluster_id.is_some()),
+        members: members
+            .iter()
+            .map(|m| policy_member(cluster, m, listed, &status.members))
+            .collect(),
+        probing,
+        history: sdk::History {
+            last_verified: status.last_verified_time.as_ref().map(ms),
+            unverified_streak: status.unverified_streak,
+            previous_conditions: status
+                .conditions
+                .iter()
+                .filter_map(|c| {
+                    Some(sdk::PreviousCondition {
+                        type_: c.type_.clone(),
+                        status: match c.status.as_str() {
+                            "True" => sdk::ConditionStatus::True,
+                            "False" => sdk::ConditionStatus::False,
+                            _ => sdk::ConditionStatus::Unknown,
+                        },
+                        reason: c.reason.clone(),
+                        since: ms(&c.last_transition_time),
+                    })
+                })
+                .collect(),
+        },
+        now: now.as_millisecond(),
+        settings: cluster
+            .spec
+            .status_policy
+            .as_ref()
+            .and_then(|p| p.settings.as_ref())
+            .map_or_else(|| "{}".to_owned(), |s| s.to_string()),
+    };
+
+    Observed {
+        cluster: cluster.clone(),
+        members,
+        observation,
+        cluster_id,
+        now,
+    }
+}
+
+/// The cluster ID is latched once etcd's member list shows exactly the seed:
+/// before that a half-formed cluster could be mistaken for the real one.
+async fn latch_cluster_id(ctx: &Context, members: &[MemberView], probing: &sdk::Probing) -> Option<String> {
+    let sdk::Probing::Attempted(report) = probing else {
+        return None;
+    };
+    let sdk::MemberListOutcome::Listed(listed) = &report.member_list else {
+        return None;
+    };
+    let [only] = listed.as_slice() else {
+        return None;
+    };
+    let seed = members.iter().find(|m| m.object.spec.bootstrap)?;
+    if only.name != seed.name() {
+        return None;
+    }
+    let endpoint = report.endpoints.iter().find(|p| p.member == seed.name())?;
+    let status = ctx.etcd.status(&endpoint.endpoint).await.ok()?;
+    (status.cluster_id != 0).then(|| format!("{:x}", status.cluster_id))
+}
+
+fn host_phase(
+    cluster: &EtcdCluster,
+    members: &[MemberView],
+    listed: Option<&[sdk::EtcdMember]>,
+    latched: bool,
+) -> sdk::HostPhase {
+    let desired = cluster.spec.replicas.max(0) as usize;
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return sdk::HostPhase::Deleting;
+    }
+    if desired == 0 {
+        return sdk::HostPhase::Paused;
+    }
+    if !latched {
+        return sdk::HostPhase::Bootstrapping;
+    }
+    if members.iter().any(|m| m.object.metadata.deletion_timestamp.is_some()) {
+        return sdk::HostPhase::ScalingDown;
+    }
+    let (voters, learners) = match listed {
+        Some(l) => (
+            l.iter().filter(|m| !m.is_learner).count(),
+            l.iter().filter(|m| m.is_learner).count(),
+        ),
+        None => (members.len(), 0),
+    };
+    if learners > 0 || voters < desired {
+        sdk::HostPhase::ScalingUp
+    } else if voters > desired {
+        sdk::HostPhase::ScalingDown
+    } else {
+        sdk::HostPhase::Steady
+    }
+}
+
+fn policy_member(
+    cluster: &EtcdCluster,
+    m: &MemberView,
+    listed: Option<&[sdk::EtcdMember]>,
+    last_known: &[crate::api::MemberSummary],
+) -> sdk::Member {
+    let name = m.name();
+    let in_etcd = listed.and_then(|l| l.iter().find(|e| e.name == name));
+    let remembered = last_known.iter().find(|s| s.name == name);
+    let role = match (in_etcd, remembered) {
+        (Some(e), _) if e.is_learner => sdk::MemberRole::Learner,
+        (Some(_), _) => sdk::MemberRole::Voter,
+        (None, Some(s)) if matches!(s.role, ApiRole::Learner) => sdk::MemberRole::Learner,
+        _ => sdk::MemberRole::Voter,
+    };
+    let member_id = in_etcd.map(|e| e.id).or_else(|| {
+        remembered
+            .and_then(|s| s.id.as_deref())
+            .or(m.object.status.as_ref().and_then(|s| s.member_id.as_deref()))
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+    });
+    sdk::Member {
+        endpoint: resources::client_url(cluster, &name),
+        name,
+        role,
+        member_id,
+        pod_phase: m.pod.phase,
+        pod_ready: m.pod.ready,
+        pod_ready_since: m.pod.ready_since,
+        restarts: m.pod.restarts,
+        last_termination: m.pod.last_termination.clone(),
+        pod_deleting: m.pod.deleting,
+    }
+}

@@ -1,0 +1,327 @@
+//! Decides the one membership step a reconcile may take.
+//!
+//! Pure: it sees facts (what Kubernetes holds, what etcd said in this
+//! reconcile's probe, whether the policy verified quorum) and returns a
+//! [`Step`]. The act stage carries the step out. Keeping the decision apart
+//! from the side effects lets every rule be tested as a scenario, and makes
+//! "no membership change without verified quorum" a property of one function.
+
+use std::collections::HashMap;
+
+use steward_policy_sdk::EtcdMember as EtcdListed;
+
+/// What the planner knows about one EtcdMember object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberFacts {
+    pub name: String,
+    /// Creation order; newest members are removed first.
+    pub created_ms: i64,
+    pub dormant: bool,
+    pub deleting: bool,
+}
+
+/// Everything the planner needs, gathered by the observe stage.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    pub desired: u32,
+    pub deleting: bool,
+    pub cluster_id_latched: bool,
+    /// The policy's verdict says etcd confirmed quorum in this reconcile.
+    pub quorum_verified: bool,
+    pub members: Vec<MemberFacts>,
+    /// etcd's own member list from this reconcile, if it answered.
+    pub etcd_members: Option<Vec<EtcdListed>>,
+    /// Raft index per member ID, from this reconcile's Status answers.
+    pub raft_index: HashMap<u64, u64>,
+    pub leader_id: Option<u64>,
+    /// How far behind the leader a learner may be and still count as caught up.
+    pub promote_max_lag: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to change.
+    Idle,
+    /// A change is due but must wait; the text says for what.
+    Wait(String),
+    /// Create the seed EtcdMember (initial-cluster-state=new, only itself).
+    CreateSeed,
+    /// MemberAddAsLearner for a new member, then create its EtcdMember.
+    AddLearner,
+    /// etcd lists a member that has no EtcdMember: the operator stopped
+    /// between MemberAdd and creating the object. Create it now.
+    Adopt { name: String },
+    /// The learner caught up with the leader.
+    Promote { name: String, id: u64 },
+    /// Delete this EtcdMember; its finalizer runs MemberRemove.
+    Remove { name: String },
+    /// replicas went to 0: keep the last member and its PVC, stop its Pod.
+    MakeDormant { name: String },
+    /// replicas went above 0 again: restart the dormant member.
+    Wake { name: String },
+}
+
+impl Step {
+    /// Steps that change etcd membership or the member set.
+    pub fn changes_membership(&self) -> bool {
+        !matches!(self, Step::Idle | Step::Wait(_))
+    }
+}
+
+/// The member name a peer URL belongs to: `http://<member>.<cluster>.<ns>.svc:2380`.
+pub fn member_name_from_peer_url(url: &str) -> Option<&str> {
+    let host = url.split("://").nth(1)?;
+    let name = host.split(['.', ':', '/']).next()?;
+    (!name.is_empty()).then_some(name)
+}
+
+fn listed_name(m: &EtcdListed) -> Option<&str> {
+    if !m.name.is_empty() {
+        return Some(m.name.as_str());
+    }
+    m.peer_urls
+        .iter()
+        .find_map(|u| member_name_from_peer_url(u))
+}
+
+pub fn plan(f: &Facts) -> Step {
+    if f.deleting {
+        return Step::Idle;
+    }
+    let live: Vec<&MemberFacts> = f.members.iter().filter(|m| !m.deleting).collect();
+    if f.members.iter().any(|m| m.deleting) {
+        return Step::Wait("a member is being removed".into());
+    }
+
+    if f.desired == 0 {
+        return match live.as_slice() {
+            [] => Step::Idle,
+            [only] if only.dormant => Step::Idle,
+            [only] => Step::MakeDormant {
+                name: only.name.clone(),
+            },
+            _ if !f.quorum_verified => Step::Wait("quorum is not verified".into()),
+            many => newest_removable(many, f)
+                .map(|name| Step::Remove { name })
+                .unwrap_or_else(|| Step::Wait("no member can be removed safely".into())),
+        };
+    }
+
+    if let Some(dormant) = live.iter().find(|m| m.dormant) {
+        return Step::Wake {
+            name: dormant.name.clone(),
+        };
+    }
+    if live.is_empty() {
+        return if f.cluster_id_latched {
+            Step::Wait("every member object is gone but the cluster ID is latched; not re-seeding over existing data".into())
+        } else {
+            Step::CreateSeed
+        };
+    }
+    if !f.cluster_id_latched {
+        return Step::Wait("waiting for the seed member to form the cluster".into());
+    }
+    if !f.quorum_verified {
+        return Step::Wait("quorum is not verified".into());
+    }
+    let Some(listed) = &f.etcd_members else {
+        return Step::Wait("etcd's member list is unknown".into());
+    };
+
+    // A member etcd knows but Kubernetes does not: finish the interrupted add.
+    for m in listed {
+        if let Some(name) = listed_name(m)
+            && !live.iter().any(|k| k.name == name)
+        {
+            return Step::Adopt {
+                name: name.to_owned(),
+            };
+        }
+    }
+
+    if let Some(learner) = listed.iter().find(|m| m.is_learner) {
+        let name = listed_name(learner).unwrap_or_default().to_owned();
+        let leader_index = f.leader_id.and_then(|l| f.raft_index.get(&l)).copied();
+        let learner_index = f.raft_index.get(&learner.id).copied();
+        return match (learner_index, leader_index) {
+            (Some(li), Some(ld)) if li + f.promote_max_lag >= ld => Step::Promote {
+                name,
+                id: learner.id,
+            },
+            (Some(li), Some(ld)) => Step::Wait(format!(
+                "learner {name} is catching up (raft index {li}, leader {ld})"
+            )),
+            _ => Step::Wait(format!("learner {name} has not answered yet")),
+        };
+    }
+
+    let voters = listed.iter().filter(|m| !m.is_learner).count() as u32;
+    if voters < f.desired {
+        return Step::AddLearner;
+    }
+    if voters > f.desired {
+        return newest_removable(&live, f)
+            .map(|name| Step::Remove { name })
+            .unwrap_or_else(|| Step::Wait("no member can be removed safely".into()));
+    }
+    Step::Idle
+}
+
+/// The newest member that is not the leader.
+fn newest_removable(live: &[&MemberFacts], f: &Facts) -> Option<String> {
+    let leader_name = f.leader_id.and_then(|id| {
+        f.etcd_members
+            .as_ref()?
+            .iter()
+            .find(|m| m.id == id)
+            .and_then(listed_name)
+            .map(str::to_owned)
+    });
+    let mut candidates: Vec<&&MemberFacts> = live
+        .iter()
+        .filter(|m| Some(&m.name) != leader_name.as_ref())
+        .collect();
+    candidates.sort_by_key(|m| std::cmp::Reverse(m.created_ms));
+    candidates.first().map(|m| m.name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, created_ms: i64) -> MemberFacts {
+        MemberFacts {
+            name: name.into(),
+            created_ms,
+            dormant: false,
+            deleting: false,
+        }
+    }
+
+    fn listed(id: u64, name: &str, learner: bool) -> EtcdListed {
+        EtcdListed {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("http://{name}.etcd.default.svc:2380")],
+            client_urls: vec![],
+            is_learner: learner,
+        }
+    }
+
+    fn healthy(desired: u32, names: &[&str]) -> Facts {
+        Facts {
+            desired,
+            cluster_id_latched: true,
+            quorum_verified: true,
+            members: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| member(n, i as i64))
+                .collect(),
+            etcd_members: Some(
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| listed(i as u64 + 1, n, false))
+                    .collect(),
+            ),
+            raft_index: (1..=names.len() as u64).map(|id| (id, 100)).collect(),
+            leader_id: Some(1),
+            promote_max_lag: 0,
+            ..Facts::default()
+        }
+    }
+
+    #[test]
+    fn an_empty_cluster_starts_with_a_seed() {
+        let f = Facts {
+            desired: 3,
+            ..Facts::default()
+        };
+        assert_eq!(plan(&f), Step::CreateSeed);
+    }
+
+    #[test]
+    fn nothing_grows_until_the_seed_latched_the_cluster_id() {
+        let mut f = healthy(3, &["a"]);
+        f.cluster_id_latched = false;
+        assert!(matches!(plan(&f), Step::Wait(_)));
+    }
+
+    #[test]
+    fn a_short_cluster_adds_one_learner() {
+        assert_eq!(plan(&healthy(3, &["a", "b"])), Step::AddLearner);
+    }
+
+    #[test]
+    fn no_membership_change_without_verified_quorum() {
+        for mut f in [healthy(3, &["a", "b"]), healthy(1, &["a", "b", "c"])] {
+            f.quorum_verified = false;
+            let step = plan(&f);
+            assert!(!step.changes_membership(), "{step:?}");
+        }
+    }
+
+    #[test]
+    fn a_caught_up_learner_is_promoted_and_a_lagging_one_waits() {
+        let mut f = healthy(3, &["a", "b"]);
+        f.members.push(member("c", 9));
+        f.etcd_members.as_mut().unwrap().push(listed(3, "c", true));
+        f.raft_index.insert(3, 100);
+        assert_eq!(
+            plan(&f),
+            Step::Promote {
+                name: "c".into(),
+                id: 3
+            }
+        );
+        f.raft_index.insert(3, 40);
+        assert!(matches!(plan(&f), Step::Wait(m) if m.contains("catching up")));
+    }
+
+    #[test]
+    fn an_added_but_never_created_member_is_adopted() {
+        let mut f = healthy(3, &["a", "b"]);
+        let mut pending = listed(3, "etcd-x7k2p", true);
+        pending.name.clear();
+        f.etcd_members.as_mut().unwrap().push(pending);
+        assert_eq!(
+            plan(&f),
+            Step::Adopt {
+                name: "etcd-x7k2p".into()
+            }
+        );
+    }
+
+    #[test]
+    fn scale_down_removes_the_newest_non_leader() {
+        let mut f = healthy(3, &["a", "b", "c", "d", "e"]);
+        assert_eq!(plan(&f), Step::Remove { name: "e".into() });
+        f.leader_id = Some(5);
+        assert_eq!(plan(&f), Step::Remove { name: "d".into() });
+    }
+
+    #[test]
+    fn one_to_zero_keeps_a_dormant_member_and_zero_to_one_wakes_it() {
+        let f = healthy(0, &["a"]);
+        assert_eq!(plan(&f), Step::MakeDormant { name: "a".into() });
+        let mut f = healthy(1, &["a"]);
+        f.members[0].dormant = true;
+        assert_eq!(plan(&f), Step::Wake { name: "a".into() });
+    }
+
+    #[test]
+    fn steady_state_is_idle() {
+        assert_eq!(plan(&healthy(3, &["a", "b", "c"])), Step::Idle);
+    }
+
+    #[test]
+    fn peer_urls_name_their_member() {
+        assert_eq!(
+            member_name_from_peer_url("http://etcd-abcde.etcd.ns.svc:2380"),
+            Some("etcd-abcde")
+        );
+        assert_eq!(member_name_from_peer_url("garbage"), None);
+    }
+}

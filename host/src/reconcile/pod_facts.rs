@@ -1,0 +1,105 @@
+//! Reads what a policy needs from a member's Pod, as plain data.
+
+use k8s_openapi::api::core::v1::Pod;
+use steward_policy_sdk::{PodPhase, Termination, TimestampMs};
+
+/// The Pod-side facts about one member.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    pub phase: PodPhase,
+    pub ready: bool,
+    pub ready_since: Option<TimestampMs>,
+    pub restarts: u32,
+    pub last_termination: Option<Termination>,
+    pub deleting: bool,
+}
+
+impl PodFacts {
+    pub fn absent() -> Self {
+        Self {
+            phase: PodPhase::Absent,
+            ..Self::default()
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed)
+    }
+}
+
+pub fn ms(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> TimestampMs {
+    t.0.as_millisecond()
+}
+
+pub fn pod_facts(pod: Option<&Pod>) -> PodFacts {
+    let Some(pod) = pod else {
+        return PodFacts::absent();
+    };
+    let status = pod.status.as_ref();
+    let phase = match status.and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => PodPhase::Pending,
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some(_) => PodPhase::Unknown,
+    };
+    let ready_cond = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    let container = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "etcd").or_else(|| cs.first()));
+    let terminated = container.and_then(|c| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref()))
+    });
+    PodFacts {
+        phase,
+        ready: ready_cond.is_some_and(|c| c.status == "True"),
+        ready_since: ready_cond
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(ms),
+        restarts: container.map_or(0, |c| c.restart_count.max(0) as u32),
+        last_termination: terminated.map(|t| Termination {
+            reason: t.reason.clone().unwrap_or_default(),
+            exit_code: t.exit_code,
+            finished_at: t.finished_at.as_ref().map(ms),
+        }),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_that_exited_after_sigterm_reads_as_succeeded_and_not_ready() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "etcd-a"},
+            "status": {
+                "phase": "Succeeded",
+                "conditions": [{"type": "Ready", "status": "False",
+                                "lastTransitionTime": "2026-01-01T00:00:10Z"}],
+                "containerStatuses": [{
+                    "name": "etcd", "ready": false, "restartCount": 0, "image": "etcd", "imageID": "",
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}
+                }]
+            }
+        }))
+        .unwrap();
+        let f = pod_facts(Some(&pod));
+        assert_eq!(f.phase, PodPhase::Succeeded);
+        assert!(!f.ready);
+        assert!(f.is_terminal());
+        assert_eq!(f.ready_since, Some(1_767_225_610_000));
+        assert_eq!(f.last_termination.unwrap().reason, "Completed");
+    }
+
+    #[test]
+    fn no_pod_is_absent() {
+        assert_eq!(pod_facts(None).phase, PodPhase::Absent);
+    }
+}

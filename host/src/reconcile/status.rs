@@ -1,0 +1,214 @@
+//! Stage 3: write the status, then the PodDisruptionBudget.
+//!
+//! The status is written with server-side apply under the operator's own
+//! field manager, on every reconcile, before any action. Its only failure
+//! mode is the Kubernetes API refusing the write; etcd cannot stop it.
+
+use std::sync::Arc;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::{Resource, ResourceExt};
+use steward_policy_sdk::{self as sdk, EventType};
+
+use super::evaluate::Evaluated;
+use crate::api::{EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary, ObservedClusterSpec};
+use crate::conditions::{self, Stall};
+use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::resources;
+
+/// Proof that this reconcile's status was written. Only [`write`] makes
+/// one, and [`super::act::act`] needs one: that is what puts "act" after
+/// "write status" in every reconcile.
+pub struct StatusWritten {
+    pub(super) evaluated: Evaluated,
+    pub(super) status: EtcdClusterStatus,
+}
+
+impl StatusWritten {
+    pub fn status(&self) -> &EtcdClusterStatus {
+        &self.status
+    }
+}
+
+/// The status this evaluation implies, from the previous status.
+pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
+    let cluster = &e.observed.cluster;
+    let prev = cluster.status.clone().unwrap_or_default();
+    let now = e.observed.now;
+    let generation = cluster.metadata.generation.unwrap_or_default();
+
+    let stall = stall(e, &prev, now);
+    let declared = Vec::new();
+    let desired = conditions::desired(
+        &e.verdict.conditions,
+        &declared,
+        e.observed.observation.phase,
+        stall.as_ref(),
+    );
+    let conditions = conditions::merge(&prev.conditions, &desired, generation, now);
+
+    let answered = e.observed.answered();
+    let leader = e.observed.leader_id();
+    let listed = e.observed.listed_members();
+    let members = e
+        .observed
+        .members
+        .iter()
+        .map(|m| {
+            let name = m.name();
+            let in_etcd = listed.and_then(|l| l.iter().find(|x| x.name == name));
+            let status = answered.get(name.as_str());
+            let id = in_etcd
+                .map(|x| x.id)
+                .or(status.map(|s| s.member_id))
+                .filter(|&id| id != 0);
+            MemberSummary {
+                id: id.map(|id| format!("{id:x}")),
+                role: if in_etcd.is_some_and(|x| x.is_learner) || status.is_some_and(|s| s.is_learner) {
+                    MemberRole::Learner
+                } else {
+                    MemberRole::Voter
+                },
+                leader: id.is_some() && id == leader,
+                healthy: m.pod.ready && status.is_some() && !m.pod.deleting,
+                name,
+            }
+        })
+        .collect();
+
+    let target = ObservedClusterSpec {
+        replicas: cluster.spec.replicas,
+        version: cluster.spec.version.clone(),
+        storage: cluster.spec.storage.clone(),
+        resources: cluster.spec.resources.clone(),
+    };
+    let target_changed = prev.observed.as_ref() != Some(&target);
+    let progress_deadline = if target_changed || prev.progress_deadline.is_none() {
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            now + jiff::SignedDuration::from_secs(cluster.spec.progress_deadline_seconds.max(0) as i64),
+        ))
+    } else {
+        prev.progress_deadline.clone()
+    };
+
+    EtcdClusterStatus {
+        observed_generation: Some(generation),
+        ready_members: e.verdict.ready_members as i32,
+        selector: Some(resources::cluster_selector(&cluster.name_any())),
+        cluster_id: e.observed.cluster_id.clone(),
+        cluster_token: Some(resources::cluster_token(cluster)),
+        observed: Some(target),
+        last_verified_time: if e.verdict.verified {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now))
+        } else {
+            prev.last_verified_time.clone()
+        },
+        unverified_streak: if e.verdict.verified {
+            0
+        } else {
+            prev.unverified_streak.saturating_add(1)
+        },
+        policy: Some(e.policy.clone()),
+        members,
+        last_action_error: ctx.last_action_error(cluster),
+        progress_deadline,
+        conditions,
+    }
+}
+
+fn stall(e: &Evaluated, prev: &EtcdClusterStatus, now: jiff::Timestamp) -> Option<Stall> {
+    if let Some(p) = &e.problem
+        && p.stalls
+    {
+        return Some(Stall::PolicyUnloadable(p.message.clone()));
+    }
+    let moving = matches!(
+        e.observed.observation.phase,
+        sdk::HostPhase::Bootstrapping | sdk::HostPhase::ScalingUp | sdk::HostPhase::ScalingDown
+    );
+    let deadline = prev.progress_deadline.as_ref()?;
+    (moving && now > deadline.0).then(|| {
+        Stall::ProgressDeadlineExceeded(format!(
+            "the target (replicas {}) was not reached by {}",
+            e.observed.cluster.spec.replicas, deadline.0
+        ))
+    })
+}
+
+pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten, Error> {
+    let cluster: &Arc<EtcdCluster> = &evaluated.observed.cluster;
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let status = next_status(&evaluated, ctx);
+
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({
+        "apiVersion": EtcdCluster::api_version(&()),
+        "kind": EtcdCluster::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(Error::StatusWrite)?;
+
+    // The PDB belongs with the status: both describe what the cluster can
+    // tolerate right now, so it must never go stale when etcd is down.
+    let voters = status.members.iter().filter(|m| matches!(m.role, MemberRole::Voter)).count();
+    if let Ok(pdb) = resources::pod_disruption_budget(cluster, voters) {
+        let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            Api::namespaced(ctx.client.clone(), &ns);
+        if let Err(err) = pdbs
+            .patch(&pdb.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&pdb))
+            .await
+        {
+            tracing::warn!(cluster = %name, error = %err, "writing the PodDisruptionBudget failed");
+        }
+    }
+
+    publish_events(&evaluated, &status, ctx).await;
+    Ok(StatusWritten { evaluated, status })
+}
+
+async fn publish_events(e: &Evaluated, status: &EtcdClusterStatus, ctx: &Context) {
+    let cluster = &e.observed.cluster;
+    let reference = cluster.object_ref(&());
+    let prev = cluster.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let mut events: Vec<KubeEvent> = conditions::transitions(prev, &status.conditions)
+        .into_iter()
+        .map(|t| KubeEvent {
+            type_: match t.event_type() {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: t.reason.clone(),
+            note: Some(t.note()),
+            action: "UpdateStatus".into(),
+            secondary: None,
+        })
+        .collect();
+    if let Some(p) = &e.problem {
+        events.push(KubeEvent {
+            type_: KubeEventType::Warning,
+            reason: p.reason.into(),
+            note: Some(p.message.clone()),
+            action: "EvaluatePolicy".into(),
+            secondary: None,
+        });
+    }
+    events.extend(e.verdict.events.iter().map(|ev| KubeEvent {
+        type_: match ev.type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        },
+        reason: ev.reason.clone(),
+        note: Some(ev.message.clone()),
+        action: "EvaluatePolicy".into(),
+        secondary: None,
+    }));
+    for ev in events {
+        if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %err, reason = %ev.reason, "publishing an event failed");
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! End-to-end scenarios: the real operator, real etcd processes run by the
+//! local kubelet, the API stand-in. Run through `make test` (they need the
+//! private mount namespace for Pod names).
+//!
+//! Each test waits with a generous bound: they assert what the status says
+//! and what etcd holds, not how fast. Detection latency is measured by the
+//! `detection` benchmark (docs/benchmarks.md).
+
+mod support;
+
+use std::sync::Mutex;
+
+use support::*;
+
+/// One scenario at a time: each runs 3 to 5 etcd processes on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn healthy_three(env: &Env, name: &str) -> String {
+    env.create_cluster(name, 3).await;
+    let c = env.wait_available(name, 3).await;
+    assert_eq!(condition(&c, "Ready"), Some("True"), "Ready mirrors Available");
+    let endpoints = env.endpoints(name).await;
+    env.etcdctl(&endpoints, &["put", "/steward/e2e", "kept"]).await;
+    endpoints
+}
+
+fn voters(member_list: &str) -> usize {
+    member_list
+        .lines()
+        .filter(|l| l.contains(", started,") && l.trim_end().ends_with("false"))
+        .count()
+}
+
+#[test]
+fn three_members_become_available_and_etcd_sees_three_voters() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let endpoints = healthy_three(&env, "alpha").await;
+        let list = env.etcdctl(&endpoints, &["member", "list"]).await;
+        assert_eq!(voters(&list), 3, "etcdctl member list:\n{list}");
+        let got = env.etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"]).await;
+        assert_eq!(got.trim(), "kept");
+
+        let c = env.clusters().get("alpha").await.unwrap();
+        let status = c.status.unwrap();
+        assert!(status.cluster_id.is_some(), "the cluster ID is latched");
+        assert!(status.last_verified_time.is_some());
+        assert_eq!(status.members.len(), 3);
+        assert_eq!(status.members.iter().filter(|m| m.leader).count(), 1);
+        assert!(status.policy.is_some_and(|p| p.digest.len() == 64));
+        for m in env.members().list(&Default::default()).await.unwrap() {
+            let ready = m.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+            assert_eq!(ready.map(|c| c.status.as_str()), Some("True"), "member {:?}", m.metadata.name);
+        }
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let endpoints = healthy_three(&env, "seed").await;
+
+        env.plane.kubelet().stop_node().await;
+        let c = env
+            .wait_for("seed", "Available=False after the graceful stop", |c| {
+                condition(c, "Available") == Some("False")
+            })
+            .await;
+        assert_eq!(condition(&c, "Ready"), Some("False"));
+        assert_eq!(condition(&c, "Degraded"), Some("True"));
+        assert_eq!(ready_members(&c), 0);
+        let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+            kube::Api::namespaced(env.client.clone(), NS).get("seed").await.unwrap();
+        assert_eq!(
+            pdb.spec.unwrap().min_available,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+        );
+
+        // The node comes back; the operator replaces the Succeeded Pods on
+        // their PVCs and the data is still there.
+        env.plane.kubelet().start_node();
+        env.wait_available("seed", 3).await;
+        let got = env.etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"]).await;
+        assert_eq!(got.trim(), "kept");
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        healthy_three(&env, "kills").await;
+        let names = env.member_names("kills").await;
+
+        let watch = env.watch("kills").await;
+        env.plane.kubelet().kill(NS, &names[0]).await.unwrap();
+        let c = watch
+            .until("Degraded=True while still Available", |c| {
+                condition(c, "Degraded") == Some("True") && condition(c, "Available") == Some("True")
+            })
+            .await;
+        assert!(ready_members(&c) <= 2);
+        env.wait_for("kills", "healed", |c| {
+            condition(c, "Degraded") == Some("False") && ready_members(c) == 3
+        })
+        .await;
+
+        let watch = env.watch("kills").await;
+        env.plane.kubelet().kill(NS, &names[1]).await.unwrap();
+        env.plane.kubelet().kill(NS, &names[2]).await.unwrap();
+        let c = watch
+            .until("Available=False with two of three dead", |c| condition(c, "Available") == Some("False"))
+            .await;
+        assert_eq!(condition_reason(&c, "Available"), Some("QuorumLost"));
+        env.wait_available("kills", 3).await;
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn frozen_members_are_detected_without_any_pod_change() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        healthy_three(&env, "frozen").await;
+        let names = env.member_names("frozen").await;
+        for n in &names {
+            env.plane.kubelet().freeze(NS, n).await.unwrap();
+        }
+        let c = env
+            .wait_for("frozen", "Available=False while every Pod stays Ready", |c| {
+                condition(c, "Available") == Some("False")
+            })
+            .await;
+        assert_eq!(ready_members(&c), 0);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(env.client.clone(), NS);
+        for n in &names {
+            let pod = pods.get(n).await.unwrap();
+            let ready = pod.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+            assert_eq!(ready.status, "True", "the frozen pod {n} still looks Ready");
+        }
+        for n in &names {
+            env.plane.kubelet().thaw(NS, n).await.unwrap();
+        }
+        let before = c.status.and_then(|s| s.last_verified_time);
+        let c = env.wait_available("frozen", 3).await;
+        assert!(c.status.unwrap().last_verified_time > before, "health is verified again");
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn names_that_stop_resolving_are_reported_as_dns() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        healthy_three(&env, "dns").await;
+        let names = env.member_names("dns").await;
+        for n in &names {
+            env.plane.kubelet().make_unresolvable(NS, n).unwrap();
+        }
+        let c = env
+            .wait_for("dns", "Available=False", |c| condition(c, "Available") == Some("False"))
+            .await;
+        let message = condition_message(&c, "Available").unwrap_or_default().to_lowercase();
+        assert!(message.contains("dns"), "the message names DNS: {message}");
+        for n in &names {
+            env.plane.kubelet().restore_name(NS, n).unwrap();
+        }
+        env.wait_available("dns", 3).await;
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn scaling_three_to_five_to_three_keeps_data_and_quorum() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let endpoints = healthy_three(&env, "scale").await;
+
+        env.scale("scale", 5).await;
+        env.wait_available("scale", 5).await;
+        let all = env.endpoints("scale").await;
+        let list = env.etcdctl(&all, &["member", "list"]).await;
+        assert_eq!(voters(&list), 5, "five voters, no learner left:\n{list}");
+
+        env.scale("scale", 3).await;
+        env.wait_for("scale", "three members again", |c| {
+            condition(c, "Available") == Some("True")
+                && ready_members(c) == 3
+                && c.status.as_ref().is_some_and(|s| s.members.len() == 3)
+        })
+        .await;
+        let now = env.endpoints("scale").await;
+        let list = env.etcdctl(&now, &["member", "list"]).await;
+        assert_eq!(voters(&list), 3, "{list}");
+        let got = env.etcdctl(&now, &["get", "/steward/e2e", "--print-value-only"]).await;
+        assert_eq!(got.trim(), "kept");
+        let _ = endpoints;
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn an_operator_killed_right_after_member_add_is_converged_by_the_next() {
+    use etcd_steward::etcd::Rpc;
+    let _g = serial();
+    run(async {
+        let mut env = Env::start().await;
+        healthy_three(&env, "crash").await;
+
+        // The first operator dies the moment MemberAddAsLearner succeeds,
+        // before it can create the EtcdMember: the hook panics inside the
+        // reconcile, which takes the whole operator task down like a crash.
+        env.faults.on_success(Rpc::MemberAddAsLearner, |_, _| {
+            panic!("simulated operator crash right after MemberAddAsLearner");
+        });
+        env.scale("crash", 4).await;
+        env.wait_operator_exit().await;
+        assert_eq!(env.faults.calls(Rpc::MemberAddAsLearner), 1);
+        env.faults.clear_all();
+        let all = env.endpoints("crash").await;
+        let list = env.etcdctl(&all, &["member", "list"]).await;
+        assert!(list.contains("unstarted"), "etcd holds the added, never-started learner:\n{list}");
+
+        env.start_operator();
+        env.wait_available("crash", 4).await;
+        let all = env.endpoints("crash").await;
+        let list = env.etcdctl(&all, &["member", "list"]).await;
+        assert_eq!(voters(&list), 4, "{list}");
+        assert_eq!(env.member_names("crash").await.len(), 4);
+        env.shutdown().await;
+    });
+}
+
+/// The incident's guard, for every etcd RPC the operator makes: with the
+/// member Pods not Ready and that RPC failing, the very same reconcile
+/// writes Available=False and readyMembers 0. Membership RPCs are never
+/// reached without verified quorum; the test proves that too.
+#[test]
+fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
+    use etcd_steward::cli::run::Operator;
+    use etcd_steward::etcd::{Fault, Rpc};
+    use etcd_steward::reconcile::reconcile_cluster;
+    use steward_policy_sdk::ProbeErrorKind;
+    let _g = serial();
+    run(async {
+        let mut env = Env::start().await;
+        healthy_three(&env, "rpcs").await;
+        let names = env.member_names("rpcs").await;
+        env.kill_operator().await;
+        env.plane.kubelet().kill(NS, &names[1]).await.unwrap();
+        env.plane.kubelet().kill(NS, &names[2]).await.unwrap();
+        // The survivor has no quorum, so its readiness probe (/health) fails too.
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(env.client.clone(), NS);
+        let start = std::time::Instant::now();
+        loop {
+            let mut ready = 0;
+            for n in &names {
+                let p = pods.get(n).await.unwrap();
+                let r = p.status.and_then(|s| s.conditions).unwrap_or_default();
+                ready += r.iter().filter(|c| c.type_ == "Ready" && c.status == "True").count();
+            }
+            if ready == 0 {
+                break;
+            }
+            assert!(start.elapsed() < EVENTUALLY, "pods never went not-Ready");
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+
+        for rpc in Rpc::ALL {
+            let op = Operator::new(run_args());
+            op.faults.inject(Fault::fail(rpc, ProbeErrorKind::Timeout));
+            let ctx = op.context(env.client.clone()).await.unwrap();
+            // Start from a stale "healthy" status, as the incident's cluster had.
+            let stale = serde_json::json!({"status": {"readyMembers": 3, "conditions": [{
+                "type": "Available", "status": "True", "reason": "QuorumHealthy",
+                "message": "stale", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+            env.clusters()
+                .patch_status("rpcs", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&stale))
+                .await
+                .unwrap();
+            let before = env.clusters().get("rpcs").await.unwrap();
+            assert_eq!(condition(&before, "Available"), Some("True"));
+            reconcile_cluster(std::sync::Arc::new(before), ctx.clone()).await.unwrap();
+            let after = env.clusters().get("rpcs").await.unwrap();
+            assert_eq!(condition(&after, "Available"), Some("False"), "{rpc}: {:?}", after.status);
+            assert_eq!(ready_members(&after), 0, "{rpc}");
+            if rpc.is_mutation() {
+                assert_eq!(op.faults.calls(rpc), 0, "{rpc} must not run without verified quorum");
+            } else {
+                assert!(op.faults.injected(rpc) >= 1, "{rpc} was reached and failed");
+            }
+        }
+        env.start_operator();
+        env.wait_available("rpcs", 3).await;
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let wasm = std::fs::read(etcd_steward::policy::CHAOS_POLICY_PATH).expect("the chaos test policy was built");
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "chaos", "namespace": NS},
+            "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
+        }))
+        .unwrap();
+        kube::Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+            .create(&Default::default(), &cm)
+            .await
+            .unwrap();
+        healthy_three(&env, "broken").await;
+
+        env.clusters()
+            .patch(
+                "broken",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({
+                    "spec": {"statusPolicy": {"name": "chaos", "settings": {"fault": "trap"}}}
+                })),
+            )
+            .await
+            .unwrap();
+        let c = env
+            .wait_for("broken", "Available=Unknown/PolicyFailed", |c| {
+                condition(c, "Available") == Some("Unknown") && condition_reason(c, "Available") == Some("PolicyFailed")
+            })
+            .await;
+        let streak = c.status.as_ref().unwrap().unverified_streak;
+        // The status keeps updating while the policy keeps failing.
+        env.wait_for("broken", "the status still updates", |c| {
+            c.status.as_ref().is_some_and(|s| s.unverified_streak > streak)
+        })
+        .await;
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(env.client.clone(), NS);
+        let list = events.list(&Default::default()).await.unwrap();
+        assert!(
+            list.items.iter().any(|e| e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("PolicyFailed")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")),
+            "a Warning Event names the policy failure"
+        );
+        env.shutdown().await;
+    });
+}

@@ -1,0 +1,306 @@
+//! The end-to-end environment: the test control plane (API stand-in +
+//! local kubelet running real etcd) and the operator, in-process, exactly as
+//! `etcd-steward run` would start it against a real cluster.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use etcd_steward::api::{EtcdCluster, EtcdMember};
+use etcd_steward::cli::run::{Operator, RunArgs};
+use etcd_steward::etcd::Faults;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use steward_testbed::ControlPlane;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const NS: &str = "default";
+
+/// A generous bound for "eventually": these are correctness tests, and a
+/// loaded 2-core CI machine must not turn them into timing tests.
+pub const EVENTUALLY: Duration = Duration::from_secs(120);
+
+pub struct Env {
+    pub plane: ControlPlane,
+    pub client: Client,
+    pub faults: Faults,
+    operator: Option<(oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn run_args() -> RunArgs {
+    RunArgs {
+        etcd_image: "quay.io/coreos/etcd".into(),
+        namespace: None,
+        probe_deadline_ms: 2000,
+        resync_ms: 2000,
+        policy_deadline_ms: 200,
+        policy_memory_mib: 32,
+        metrics_addr: String::new(),
+    }
+}
+
+impl Env {
+    pub async fn start() -> Env {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let plane = ControlPlane::start(dir.path())
+            .await
+            .expect("the test control plane starts (run the tests through `make test`)");
+        let client = plane.client();
+        install_crds(&client).await;
+        let mut env = Env {
+            plane,
+            client,
+            faults: Faults::new(),
+            operator: None,
+            _dir: dir,
+        };
+        env.start_operator();
+        env
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.plane.dir()
+    }
+
+    /// Starts the operator (again). Faults injected in `self.faults` apply.
+    pub fn start_operator(&mut self) {
+        assert!(self.operator.is_none(), "the operator is already running");
+        let mut op = Operator::new(run_args());
+        op.faults = self.faults.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.client.clone();
+        let task = tokio::spawn(async move {
+            op.run(client, async {
+                let _ = rx.await;
+            })
+            .await
+        });
+        self.operator = Some((tx, task));
+    }
+
+    /// Stops the operator as a crash would: in-flight work is abandoned.
+    pub async fn kill_operator(&mut self) {
+        if let Some((_tx, task)) = self.operator.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Waits until the operator task ends by itself (a simulated crash).
+    pub async fn wait_operator_exit(&mut self) {
+        let (_tx, task) = self.operator.take().expect("the operator is running");
+        let ended = tokio::time::timeout(EVENTUALLY, task).await;
+        assert!(ended.is_ok(), "the operator did not stop");
+    }
+
+    /// Starts watching one cluster now, so no later status is missed.
+    pub async fn watch(&self, name: &str) -> ClusterWatch {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let stream = watcher(
+            self.clusters(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .applied_objects()
+        .boxed();
+        ClusterWatch { stream }
+    }
+
+    pub fn clusters(&self) -> Api<EtcdCluster> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    pub fn members(&self) -> Api<EtcdMember> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    pub async fn create_cluster(&self, name: &str, replicas: i32) -> EtcdCluster {
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "version": "3.5.1", "storage": {"size": "1Gi"}}
+        }))
+        .expect("a valid EtcdCluster");
+        self.clusters()
+            .create(&PostParams::default(), &cluster)
+            .await
+            .expect("creating the EtcdCluster")
+    }
+
+    pub async fn scale(&self, name: &str, replicas: i32) {
+        self.clusters()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .expect("scaling");
+    }
+
+    /// Polls the cluster until `pred` holds; panics with the last status.
+    pub async fn wait_for(&self, name: &str, what: &str, pred: impl Fn(&EtcdCluster) -> bool) -> EtcdCluster {
+        let start = Instant::now();
+        loop {
+            let c = self.clusters().get(name).await.expect("reading the cluster");
+            if pred(&c) {
+                return c;
+            }
+            if start.elapsed() > EVENTUALLY {
+                panic!(
+                    "timed out waiting for {what}; last status:\n{}",
+                    serde_json::to_string_pretty(&c.status).unwrap()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn wait_available(&self, name: &str, ready: i32) -> EtcdCluster {
+        self.wait_for(name, &format!("Available=True with {ready} ready"), |c| {
+            condition(c, "Available") == Some("True") && ready_members(c) == ready
+        })
+        .await
+    }
+
+    pub async fn member_names(&self, cluster: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .members()
+            .list(&ListParams::default())
+            .await
+            .expect("listing members")
+            .items
+            .into_iter()
+            .filter(|m| m.spec.cluster == cluster)
+            .map(|m| m.name_any())
+            .collect();
+        names.sort();
+        names
+    }
+
+    pub fn client_url(&self, cluster: &str, member: &str) -> String {
+        format!("http://{member}.{cluster}.{NS}.svc:2379")
+    }
+
+    pub async fn endpoints(&self, cluster: &str) -> String {
+        self.member_names(cluster)
+            .await
+            .iter()
+            .map(|m| self.client_url(cluster, m))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Runs the real etcdctl; returns stdout, panics with stderr on failure.
+    pub async fn etcdctl(&self, endpoints: &str, args: &[&str]) -> String {
+        let bin = self.plane.kubelet().etcd().etcdctl.clone();
+        let out = tokio::process::Command::new(bin)
+            .arg(format!("--endpoints={endpoints}"))
+            .arg("--command-timeout=5s")
+            .args(args)
+            .output()
+            .await
+            .expect("running etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some((tx, task)) = self.operator.take() {
+            let _ = tx.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        self.plane.shutdown().await;
+    }
+}
+
+/// Every status a cluster goes through, from the moment it was created.
+pub struct ClusterWatch {
+    stream: futures::stream::BoxStream<'static, Result<EtcdCluster, kube::runtime::watcher::Error>>,
+}
+
+impl ClusterWatch {
+    pub async fn until(mut self, what: &str, pred: impl Fn(&EtcdCluster) -> bool) -> EtcdCluster {
+        use futures::StreamExt;
+        let mut last = None;
+        let found = tokio::time::timeout(EVENTUALLY, async {
+            while let Some(item) = self.stream.next().await {
+                if let Ok(c) = item {
+                    if pred(&c) {
+                        return Some(c);
+                    }
+                    last = Some(c);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(c)) => c,
+            _ => panic!(
+                "never saw {what}; last status:\n{}",
+                serde_json::to_string_pretty(&last.and_then(|c| c.status)).unwrap()
+            ),
+        }
+    }
+}
+
+async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in etcd_steward::api::crds() {
+        api.create(&PostParams::default(), &crd)
+            .await
+            .expect("installing the CRDs");
+    }
+}
+
+pub fn condition<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a str> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| x.status.as_str())
+}
+
+pub fn condition_reason<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a str> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| x.reason.as_str())
+}
+
+pub fn condition_message<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a str> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| x.message.as_str())
+}
+
+pub fn ready_members(c: &EtcdCluster) -> i32 {
+    c.status.as_ref().map_or(-1, |s| s.ready_members)
+}
+
+/// Runs an async test body on a multi-threaded runtime.
+pub fn run<F: Future<Output = ()>>(f: F) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f);
+}
