@@ -12,6 +12,8 @@
 use serde::{Deserialize, Serialize};
 
 mod member_id;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// Unix time in milliseconds. The host is the only clock.
 pub type TimestampMs = i64;
@@ -87,7 +89,11 @@ pub struct Member {
     pub name: String,
     #[serde(default)]
     pub role: MemberRole,
-    #[serde(default, with = "member_id::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "member_id::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub member_id: Option<u64>,
     #[serde(default)]
     pub endpoint: String,

@@ -1,0 +1,29 @@
+//! The policy runtime: runs status policies (WebAssembly components of the
+//! `steward:status/status-policy` world in `wit/`) in a sandbox with a
+//! deadline and a memory cap, and always returns a verdict fit to write.
+//!
+//! - [`engine`]: one wasmtime Engine, its epoch ticker, compiled-policy cache.
+//! - [`loaded`]: a loaded policy; describe, validate settings, evaluate.
+//! - [`sandbox`]: the WASI context that grants nothing, the memory cap.
+//! - [`verdict`]: the host's rules for a verdict, and its fallback verdict.
+//! - [`wit`]: the generated bindings and their conversion to sdk types.
+//!
+//! Evaluation is synchronous and CPU-bound (bounded by the deadline); from
+//! async code call it inside `tokio::task::spawn_blocking`.
+
+mod embedded;
+mod engine;
+mod error;
+mod loaded;
+mod sandbox;
+mod verdict;
+mod wit;
+
+pub use embedded::DEFAULT_POLICY_WASM;
+pub use engine::{Limits, PolicyEngine};
+pub use error::{ErrorKind, PolicyError};
+pub use loaded::LoadedPolicy;
+pub use verdict::{
+    Evaluation, FALLBACK_REASON, HOST_CONDITIONS, MAX_MESSAGE_BYTES, REQUIRED_CONDITIONS,
+    fallback_verdict, validate as validate_verdict,
+};

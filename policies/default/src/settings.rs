@@ -1,0 +1,129 @@
+//! The default policy's settings: `spec.statusPolicy.settings` of an EtcdCluster.
+
+use serde::{Deserialize, Serialize};
+
+/// Tunables of the default policy. Every field has a default, so `{}` is valid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Settings {
+    /// How long a verdict etcd verified may be kept while the host cannot probe at all.
+    pub stale_after_seconds: u32,
+    /// A learner whose raft index trails the leader's by more than this is lagging.
+    pub learner_max_lag_entries: u64,
+    /// A member whose db size reaches this share of the backend quota is near the quota.
+    pub db_size_warn_ratio: f64,
+    /// Requeue hint while the cluster is not verified (0: no hint, the host's default applies).
+    pub unverified_requeue_seconds: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            stale_after_seconds: 30,
+            learner_max_lag_entries: 1000,
+            db_size_warn_ratio: 0.8,
+            unverified_requeue_seconds: 5,
+        }
+    }
+}
+
+/// The longest staleness window accepted: a day. Longer would hide an outage.
+const MAX_STALE_AFTER_SECONDS: u32 = 86_400;
+const MAX_REQUEUE_SECONDS: u32 = 3_600;
+
+/// JSON Schema of [`Settings`], as `describe()` publishes it.
+pub const SCHEMA: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"steward-default-policy settings","type":"object","additionalProperties":false,"properties":{"staleAfterSeconds":{"type":"integer","minimum":1,"maximum":86400,"default":30,"description":"How long a verdict etcd verified is kept while the host cannot probe at all; then Available=Unknown (StatusStale)."},"learnerMaxLagEntries":{"type":"integer","minimum":0,"default":1000,"description":"A learner whose raft index trails the leader's by more than this makes the cluster Degraded."},"dbSizeWarnRatio":{"type":"number","exclusiveMinimum":0,"maximum":1,"default":0.8,"description":"Share of quotaBackendBytes (default 2 GiB) at which a member's db size makes the cluster Degraded."},"unverifiedRequeueSeconds":{"type":"integer","minimum":0,"maximum":3600,"default":5,"description":"Requeue hint while etcd has not verified the cluster; 0 leaves the host's default."}}}"#;
+
+impl Settings {
+    /// Parses settings JSON text and checks ranges; the error is shown to users as is.
+    pub fn parse(json: &str) -> Result<Self, String> {
+        let text = if json.trim().is_empty() { "{}" } else { json };
+        let settings: Settings =
+            serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks the ranges the schema states.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_STALE_AFTER_SECONDS).contains(&self.stale_after_seconds) {
+            return Err(format!(
+                "invalid settings: staleAfterSeconds must be between 1 and {MAX_STALE_AFTER_SECONDS}, got {}",
+                self.stale_after_seconds
+            ));
+        }
+        if !(self.db_size_warn_ratio > 0.0 && self.db_size_warn_ratio <= 1.0) {
+            return Err(format!(
+                "invalid settings: dbSizeWarnRatio must be greater than 0 and at most 1, got {}",
+                self.db_size_warn_ratio
+            ));
+        }
+        if self.unverified_requeue_seconds > MAX_REQUEUE_SECONDS {
+            return Err(format!(
+                "invalid settings: unverifiedRequeueSeconds must be at most {MAX_REQUEUE_SECONDS}, got {}",
+                self.unverified_requeue_seconds
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_object_and_empty_text_give_defaults() {
+        assert_eq!(Settings::parse("{}").unwrap(), Settings::default());
+        assert_eq!(Settings::parse("").unwrap(), Settings::default());
+    }
+
+    #[test]
+    fn camel_case_fields_are_read() {
+        let s = Settings::parse(r#"{"staleAfterSeconds": 90, "dbSizeWarnRatio": 0.5}"#).unwrap();
+        assert_eq!(s.stale_after_seconds, 90);
+        assert_eq!(s.db_size_warn_ratio, 0.5);
+        assert_eq!(s.learner_max_lag_entries, 1000);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let err = Settings::parse(r#"{"staleAfter": 90}"#).unwrap_err();
+        assert!(err.contains("unknown field `staleAfter`"), "{err}");
+        assert!(
+            err.contains("staleAfterSeconds"),
+            "lists the known fields: {err}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_values_are_named() {
+        let err = Settings::parse(r#"{"staleAfterSeconds": 0}"#).unwrap_err();
+        assert!(
+            err.contains("staleAfterSeconds must be between 1 and 86400, got 0"),
+            "{err}"
+        );
+        let err = Settings::parse(r#"{"dbSizeWarnRatio": 1.5}"#).unwrap_err();
+        assert!(err.contains("dbSizeWarnRatio"), "{err}");
+        let err = Settings::parse(r#"{"unverifiedRequeueSeconds": 7200}"#).unwrap_err();
+        assert!(err.contains("unverifiedRequeueSeconds"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let err = Settings::parse(r#"{"staleAfterSeconds": "30s"}"#).unwrap_err();
+        assert!(err.contains("invalid type"), "{err}");
+    }
+
+    #[test]
+    fn schema_is_json_and_lists_every_field() {
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+        let props = schema["properties"].as_object().unwrap();
+        let defaults = serde_json::to_value(Settings::default()).unwrap();
+        for key in defaults.as_object().unwrap().keys() {
+            assert!(props.contains_key(key), "schema lacks {key}");
+            assert_eq!(props[key]["default"], defaults[key], "default of {key}");
+        }
+        assert_eq!(props.len(), defaults.as_object().unwrap().len());
+    }
+}

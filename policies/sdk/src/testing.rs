@@ -1,0 +1,385 @@
+//! YAML test cases for status policies, shared by `etcd-steward policy test`
+//! (which runs them through a compiled component) and native `cargo test`
+//! runners in Rust policy crates (which run them against the plain logic).
+//!
+//! One file holds many cases:
+//!
+//! ```yaml
+//! cases:
+//!   - name: all three voters answer and agree on the leader
+//!     settings: {staleAfterSeconds: 30}   # optional; becomes observation.settings
+//!     observation: { ... }                # the Observation shape, camelCase
+//!     expect:
+//!       conditions:                       # subset: each listed type must match
+//!         - {type: Available, status: "True", reason: QuorumHealthy}
+//!         - {type: Degraded, status: "False", messageContains: "all 3"}
+//!       readyMembers: 3                   # optional
+//!       verified: true                    # optional
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::{ConditionStatus, EventType, Observation, Verdict};
+
+/// One YAML file of cases.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CaseFile {
+    /// Where the cases were read from (not part of the YAML).
+    #[serde(skip)]
+    pub path: PathBuf,
+    pub cases: Vec<Case>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    /// The policy settings for this case, written as a YAML mapping. They
+    /// replace `observation.settings` when given.
+    #[serde(default)]
+    pub settings: Option<serde_json::Map<String, serde_json::Value>>,
+    pub observation: Observation,
+    pub expect: Expectation,
+}
+
+/// What a verdict must show. Everything is optional; conditions match as a
+/// subset (types not listed are not checked).
+#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Expectation {
+    #[serde(default)]
+    pub conditions: Vec<ExpectedCondition>,
+    #[serde(default)]
+    pub ready_members: Option<u32>,
+    #[serde(default)]
+    pub verified: Option<bool>,
+    /// `null` expects no hint; a number expects exactly that hint.
+    #[serde(default, deserialize_with = "present")]
+    pub requeue_after_ms: Option<Option<u32>>,
+    /// Events that must be among the verdict's events (subset, in any order).
+    #[serde(default)]
+    pub events: Vec<ExpectedEvent>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExpectedCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: ConditionStatus,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message_contains: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExpectedEvent {
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    pub reason: String,
+    #[serde(default)]
+    pub message_contains: Option<String>,
+}
+
+/// Distinguishes a field set to `null` (Some(None)) from an absent one (None).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl Case {
+    /// The observation the policy is given, with this case's settings applied.
+    pub fn observation(&self) -> Observation {
+        let mut observation = self.observation.clone();
+        if let Some(settings) = &self.settings {
+            observation.settings = serde_json::Value::Object(settings.clone()).to_string();
+        }
+        observation
+    }
+}
+
+/// One way a verdict differs from its expectation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// What was checked: "Available.status", "readyMembers", ...
+    pub field: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: expected {}, got {}",
+            self.field, self.expected, self.actual
+        )
+    }
+}
+
+fn mismatch(field: String, expected: impl fmt::Display, actual: impl fmt::Display) -> Mismatch {
+    Mismatch {
+        field,
+        expected: expected.to_string(),
+        actual: actual.to_string(),
+    }
+}
+
+/// Compares a verdict with an expectation; empty means the case passed.
+pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
+    let mut out = Vec::new();
+    for want in &expect.conditions {
+        let Some(got) = verdict.condition(&want.type_) else {
+            let present: Vec<&str> = verdict
+                .conditions
+                .iter()
+                .map(|c| c.type_.as_str())
+                .collect();
+            out.push(mismatch(
+                want.type_.clone(),
+                "a condition of this type",
+                format_args!("none (conditions: {})", present.join(", ")),
+            ));
+            continue;
+        };
+        // The reason and message help explain a wrong status, so show them.
+        if got.status != want.status {
+            out.push(mismatch(
+                format!("{}.status", want.type_),
+                want.status,
+                format_args!("{} ({}: {:?})", got.status, got.reason, got.message),
+            ));
+        }
+        if let Some(reason) = &want.reason
+            && &got.reason != reason
+        {
+            out.push(mismatch(
+                format!("{}.reason", want.type_),
+                reason,
+                format_args!("{} ({:?})", got.reason, got.message),
+            ));
+        }
+        if let Some(part) = &want.message_contains
+            && !got.message.contains(part.as_str())
+        {
+            out.push(mismatch(
+                format!("{}.message", want.type_),
+                format_args!("to contain {part:?}"),
+                format_args!("{:?}", got.message),
+            ));
+        }
+    }
+    if let Some(ready) = expect.ready_members
+        && ready != verdict.ready_members
+    {
+        out.push(mismatch(
+            "readyMembers".into(),
+            ready,
+            verdict.ready_members,
+        ));
+    }
+    if let Some(verified) = expect.verified
+        && verified != verdict.verified
+    {
+        out.push(mismatch("verified".into(), verified, verdict.verified));
+    }
+    if let Some(requeue) = expect.requeue_after_ms
+        && requeue != verdict.requeue_after_ms
+    {
+        let show = |v: Option<u32>| v.map_or("no hint".to_owned(), |ms| format!("{ms} ms"));
+        out.push(mismatch(
+            "requeueAfterMs".into(),
+            show(requeue),
+            show(verdict.requeue_after_ms),
+        ));
+    }
+    for want in &expect.events {
+        let found = verdict.events.iter().any(|e| {
+            e.type_ == want.type_
+                && e.reason == want.reason
+                && want
+                    .message_contains
+                    .as_ref()
+                    .is_none_or(|part| e.message.contains(part.as_str()))
+        });
+        if !found {
+            let got: Vec<String> = verdict
+                .events
+                .iter()
+                .map(|e| format!("{:?} {}: {:?}", e.type_, e.reason, e.message))
+                .collect();
+            out.push(mismatch(
+                "events".into(),
+                format_args!(
+                    "a {:?} event {}{}",
+                    want.type_,
+                    want.reason,
+                    want.message_contains
+                        .as_ref()
+                        .map_or(String::new(), |p| format!(" containing {p:?}"))
+                ),
+                if got.is_empty() {
+                    "no events".to_owned()
+                } else {
+                    got.join("; ")
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// Why a case file (or observation file) could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseFileError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The YAML does not parse, or does not fit the format.
+    #[error("{}:{line}:{column}: {}{message}", path.display(), field_prefix(field))]
+    Parse {
+        path: PathBuf,
+        /// 1-based; 0 when the parser gave no position.
+        line: u64,
+        column: u64,
+        /// The field path, like `cases[2].observation.probing`; empty at the top.
+        field: String,
+        message: String,
+    },
+    /// The YAML parses but the file makes no sense (no cases, duplicate names).
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn field_prefix(field: &str) -> String {
+    if field.is_empty() || field == "." {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
+}
+
+/// Parses YAML text as `T`, locating any error by line, column and field path.
+fn parse_yaml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, CaseFileError> {
+    let mut field = String::new();
+    let result = serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            field = e.path().to_string();
+            e.into_inner()
+        })
+    });
+    result.map_err(|error| {
+        let (line, column) = error.location().map_or((0, 0), |l| (l.line(), l.column()));
+        CaseFileError::Parse {
+            path: path.to_owned(),
+            line,
+            column,
+            field,
+            message: bare_message(&error),
+        }
+    })
+}
+
+/// The error text without serde-saphyr's own position suffix and snippet,
+/// since [`CaseFileError`] states the position in the usual `file:line:col` form.
+fn bare_message(error: &serde_saphyr::Error) -> String {
+    let rendered = error
+        .render_with_options(serde_saphyr::render_options! {
+            snippets: serde_saphyr::SnippetMode::Off,
+        })
+        .to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    match first.rfind(" at line ") {
+        Some(at) => first[..at].to_owned(),
+        None => first.to_owned(),
+    }
+}
+
+fn read(path: &Path) -> Result<String, CaseFileError> {
+    std::fs::read_to_string(path).map_err(|source| CaseFileError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads one case file.
+pub fn load_case_file(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
+    let path = path.as_ref();
+    let mut file: CaseFile = parse_yaml(path, &read(path)?)?;
+    file.path = path.to_owned();
+    let invalid = |message: String| CaseFileError::Invalid {
+        path: path.to_owned(),
+        message,
+    };
+    if file.cases.is_empty() {
+        return Err(invalid("the file holds no cases".into()));
+    }
+    for (i, case) in file.cases.iter().enumerate() {
+        if case.name.trim().is_empty() {
+            return Err(invalid(format!("cases[{i}] has an empty name")));
+        }
+        if file.cases[..i].iter().any(|c| c.name == case.name) {
+            return Err(invalid(format!(
+                "cases[{i}]: the name {:?} is used twice",
+                case.name
+            )));
+        }
+    }
+    Ok(file)
+}
+
+/// Reads one observation (the `Observation` shape) from a YAML file, as used
+/// by `policy eval --input` and by benchmarks.
+pub fn load_observation(path: impl AsRef<Path>) -> Result<Observation, CaseFileError> {
+    let path = path.as_ref();
+    parse_yaml(path, &read(path)?)
+}
+
+/// Reads case files; a directory stands for its `*.yaml` and `*.yml` files
+/// (not its subdirectories), in name order.
+pub fn load_cases(paths: &[PathBuf]) -> Result<Vec<CaseFile>, CaseFileError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let io = |source| CaseFileError::Io {
+                path: path.clone(),
+                source,
+            };
+            let mut entries = Vec::new();
+            for entry in std::fs::read_dir(path).map_err(io)? {
+                let entry = entry.map_err(io)?.path();
+                let yaml = entry.extension().is_some_and(|e| e == "yaml" || e == "yml");
+                if yaml && entry.is_file() {
+                    entries.push(entry);
+                }
+            }
+            if entries.is_empty() {
+                return Err(CaseFileError::Invalid {
+                    path: path.clone(),
+                    message: "the directory holds no *.yaml or *.yml files".into(),
+                });
+            }
+            entries.sort();
+            for entry in entries {
+                files.push(load_case_file(entry)?);
+            }
+        } else {
+            files.push(load_case_file(path)?);
+        }
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests;

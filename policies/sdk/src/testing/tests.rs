@@ -1,0 +1,340 @@
+use super::*;
+
+const MINIMAL_OBSERVATION: &str = "
+      spec: {desiredReplicas: 1}
+      probing: {skipped: no TLS secret}
+      now: 1000";
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn one_case(expect: &str) -> String {
+    format!("cases:\n  - name: c\n    observation:{MINIMAL_OBSERVATION}\n    expect:\n{expect}\n")
+}
+
+fn parse_error(text: &str) -> (String, CaseFileError) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "bad.yaml", text);
+    let err = load_case_file(&path).unwrap_err();
+    (path.display().to_string(), err)
+}
+
+#[test]
+fn reads_a_full_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "ok.yaml",
+        "cases:
+  - name: healthy
+    settings: {staleAfterSeconds: 45, nested: {a: [1, 2]}}
+    observation:
+      spec: {desiredReplicas: 3}
+      members:
+        - {name: etcd-a, podPhase: Running, podReady: true, memberId: 8e9e05c52164694d}
+      probing:
+        attempted:
+          endpoints:
+            - member: etcd-a
+              outcome: {answered: {memberId: 8e9e05c52164694d, leaderId: 8e9e05c52164694d, alarms: [NOSPACE]}}
+          memberList: notAttempted
+          quorumRead: succeeded
+      history:
+        previousConditions:
+          - {type: Available, status: True, reason: QuorumHealthy, since: 5}
+      now: 1000
+    expect:
+      conditions:
+        - {type: Available, status: True, reason: QuorumHealthy}
+        - {type: Degraded, status: False, messageContains: all}
+      readyMembers: 3
+      verified: true
+      requeueAfterMs: null
+      events:
+        - {type: Warning, reason: InvalidSettings}
+",
+    );
+    let file = load_case_file(&path).unwrap();
+    assert_eq!(file.path, path);
+    let case = &file.cases[0];
+    assert_eq!(case.name, "healthy");
+    let obs = case.observation();
+    let settings: serde_json::Value = serde_json::from_str(&obs.settings).unwrap();
+    assert_eq!(
+        settings,
+        serde_json::json!({"staleAfterSeconds": 45, "nested": {"a": [1, 2]}})
+    );
+    assert_eq!(obs.members[0].member_id, Some(0x8e9e05c52164694d));
+    assert_eq!(
+        obs.history.previous_conditions[0].status,
+        ConditionStatus::True,
+        "unquoted True in the observation"
+    );
+    let expect = &case.expect;
+    assert_eq!(expect.conditions[0].status, ConditionStatus::True);
+    assert_eq!(
+        expect.conditions[0].reason.as_deref(),
+        Some("QuorumHealthy")
+    );
+    assert_eq!(expect.conditions[1].status, ConditionStatus::False);
+    assert_eq!(expect.conditions[1].reason, None);
+    assert_eq!(expect.ready_members, Some(3));
+    assert_eq!(expect.verified, Some(true));
+    assert_eq!(expect.requeue_after_ms, Some(None));
+    assert_eq!(expect.events[0].type_, EventType::Warning);
+}
+
+#[test]
+fn condition_status_reads_quoted_and_unquoted() {
+    for (yaml, want) in [
+        ("True", ConditionStatus::True),
+        ("\"True\"", ConditionStatus::True),
+        ("'True'", ConditionStatus::True),
+        ("False", ConditionStatus::False),
+        ("\"False\"", ConditionStatus::False),
+        ("Unknown", ConditionStatus::Unknown),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let text = one_case(&format!(
+            "      conditions:\n        - {{type: Available, status: {yaml}}}"
+        ));
+        let file = load_case_file(write(&dir, "s.yaml", &text))
+            .unwrap_or_else(|e| panic!("status: {yaml}: {e}"));
+        assert_eq!(
+            file.cases[0].expect.conditions[0].status, want,
+            "status: {yaml}"
+        );
+    }
+}
+
+#[test]
+fn observation_settings_stay_when_the_case_sets_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "cases:\n  - name: c\n    observation:{MINIMAL_OBSERVATION}\n      settings: '{{\"x\": 1}}'\n    expect: {{}}\n"
+    );
+    let file = load_case_file(write(&dir, "s.yaml", &text)).unwrap();
+    assert_eq!(file.cases[0].observation().settings, r#"{"x": 1}"#);
+}
+
+#[test]
+fn unknown_field_names_file_line_column_and_field() {
+    let text = one_case("      readyMember: 3");
+    let (path, err) = parse_error(&text);
+    let CaseFileError::Parse {
+        line,
+        column,
+        field,
+        message,
+        ..
+    } = &err
+    else {
+        panic!("not a parse error: {err}");
+    };
+    assert_eq!(*line, 8, "{err}");
+    assert_eq!(*column, 7, "{err}");
+    assert_eq!(field, "cases[0].expect.readyMember", "{err}");
+    assert!(message.contains("unknown field `readyMember`"), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("{path}:8:7: cases[0].expect.readyMember: ")),
+        "{shown}"
+    );
+    assert!(!shown.contains('\n'), "one line: {shown}");
+}
+
+#[test]
+fn bad_enum_value_names_field() {
+    let text = one_case("      conditions:\n        - {type: Available, status: Yes}");
+    let (path, err) = parse_error(&text);
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("{path}:9:37: ")),
+        "line of the bad value: {shown}"
+    );
+    assert!(
+        shown.contains("cases[0].expect.conditions[0].status"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("unknown variant `Yes`"),
+        "names the bad value: {shown}"
+    );
+}
+
+#[test]
+fn wrong_type_names_field() {
+    let text = one_case("      readyMembers: three");
+    let (path, err) = parse_error(&text);
+    let shown = err.to_string();
+    assert!(shown.starts_with(&format!("{path}:8:21: ")), "{shown}");
+    assert!(
+        shown.contains("cases[0].expect.readyMembers: invalid u32"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn error_deep_in_the_observation_names_the_path() {
+    let text = "cases:
+  - name: c
+    observation:
+      spec: {desiredReplicas: 1}
+      members:
+        - {name: a, podPhase: Sleeping}
+      probing: {skipped: x}
+      now: 1
+    expect: {}
+";
+    let (path, err) = parse_error(text);
+    let shown = err.to_string();
+    assert!(shown.starts_with(&format!("{path}:6:")), "{shown}");
+    assert!(
+        shown.contains("cases[0].observation.members[0].podPhase"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn settings_must_be_a_mapping() {
+    let text = format!(
+        "cases:\n  - name: c\n    settings: [1]\n    observation:{MINIMAL_OBSERVATION}\n    expect: {{}}\n"
+    );
+    let (path, err) = parse_error(&text);
+    let shown = err.to_string();
+    assert!(shown.starts_with(&format!("{path}:3:")), "{shown}");
+    assert!(shown.contains("cases[0].settings"), "{shown}");
+}
+
+#[test]
+fn yaml_syntax_error_has_a_position() {
+    let (path, err) = parse_error("cases:\n  - name: \"unterminated\n");
+    let shown = err.to_string();
+    assert!(shown.starts_with(&format!("{path}:")), "{shown}");
+    assert!(
+        matches!(err, CaseFileError::Parse { line, .. } if line > 0),
+        "{shown}"
+    );
+    assert!(!shown.contains('\n'), "one line: {shown}");
+}
+
+#[test]
+fn duplicate_names_and_empty_files_are_refused() {
+    let case = format!("  - name: same\n    observation:{MINIMAL_OBSERVATION}\n    expect: {{}}\n");
+    let (_, err) = parse_error(&format!("cases:\n{case}{case}"));
+    assert!(err.to_string().contains("\"same\" is used twice"), "{err}");
+    let (_, err) = parse_error("cases: []\n");
+    assert!(err.to_string().contains("no cases"), "{err}");
+}
+
+#[test]
+fn missing_file_is_named() {
+    let err = load_case_file("/nonexistent/cases.yaml").unwrap_err();
+    assert!(
+        err.to_string().starts_with("/nonexistent/cases.yaml: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn directories_give_their_yaml_files_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = |name: &str| {
+        format!(
+            "cases:\n  - name: {name}\n    observation:{MINIMAL_OBSERVATION}\n    expect: {{}}\n"
+        )
+    };
+    write(&dir, "b.yml", &case("second"));
+    write(&dir, "a.yaml", &case("first"));
+    write(&dir, "notes.txt", "not yaml");
+    std::fs::create_dir(dir.path().join("fixtures")).unwrap();
+    write(&dir, "fixtures/ignored.yaml", "not a case file");
+    let other = tempfile::tempdir().unwrap();
+    let single = write(&other, "c-single.yaml", &case("third"));
+    let files = load_cases(&[dir.path().to_owned(), single.clone()]).unwrap();
+    let names: Vec<&str> = files.iter().map(|f| f.cases[0].name.as_str()).collect();
+    assert_eq!(names, ["first", "second", "third"]);
+}
+
+fn verdict() -> Verdict {
+    Verdict {
+        conditions: vec![
+            crate::Condition::new("Available", ConditionStatus::False, "QuorumLost", "1 of 3"),
+            crate::Condition::new(
+                "Degraded",
+                ConditionStatus::True,
+                "MembersUnhealthy",
+                "b: x",
+            ),
+        ],
+        ready_members: 1,
+        verified: false,
+        requeue_after_ms: Some(5000),
+        events: vec![],
+    }
+}
+
+#[test]
+fn check_passes_a_matching_subset() {
+    let expect = Expectation {
+        conditions: vec![ExpectedCondition {
+            type_: "Available".into(),
+            status: ConditionStatus::False,
+            reason: Some("QuorumLost".into()),
+            message_contains: Some("1 of".into()),
+        }],
+        ready_members: Some(1),
+        verified: Some(false),
+        requeue_after_ms: Some(Some(5000)),
+        events: vec![],
+    };
+    assert_eq!(check(&expect, &verdict()), vec![]);
+}
+
+#[test]
+fn check_reports_every_difference_readably() {
+    let expect = Expectation {
+        conditions: vec![
+            ExpectedCondition {
+                type_: "Available".into(),
+                status: ConditionStatus::True,
+                reason: Some("QuorumHealthy".into()),
+                message_contains: Some("3 of 3".into()),
+            },
+            ExpectedCondition {
+                type_: "Progressing".into(),
+                status: ConditionStatus::False,
+                reason: None,
+                message_contains: None,
+            },
+        ],
+        ready_members: Some(3),
+        verified: Some(true),
+        requeue_after_ms: Some(None),
+        events: vec![ExpectedEvent {
+            type_: EventType::Warning,
+            reason: "InvalidSettings".into(),
+            message_contains: None,
+        }],
+    };
+    let shown: Vec<String> = check(&expect, &verdict())
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "Available.status: expected True, got False (QuorumLost: \"1 of 3\")",
+            "Available.reason: expected QuorumHealthy, got QuorumLost (\"1 of 3\")",
+            "Available.message: expected to contain \"3 of 3\", got \"1 of 3\"",
+            "Progressing: expected a condition of this type, got none (conditions: Available, Degraded)",
+            "readyMembers: expected 3, got 1",
+            "verified: expected true, got false",
+            "requeueAfterMs: expected no hint, got 5000 ms",
+            "events: expected a Warning event InvalidSettings, got no events",
+        ]
+    );
+}
