@@ -1,0 +1,493 @@
+//! `EtcdCluster`: what the user asks for (spec) and what the operator last
+//! saw and concluded (status).
+//!
+//! The spec is field-compatible with the cozystack etcd-operator `v1alpha2`
+//! spec, so a manifest written for it parses here unchanged. Fields whose
+//! behaviour is not implemented yet (TLS, auth, restore) are still typed —
+//! an untyped field would be pruned silently by the apiserver — and a CEL
+//! rule rejects them with a message saying so.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::schema::preserve_unknown_object;
+
+/// Replicas when the spec leaves them out.
+pub const DEFAULT_REPLICAS: i32 = 3;
+/// Seconds the operator works towards one target before declaring it stuck.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// Per-member storage when the spec leaves it out.
+pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
+
+/// Desired state of an etcd cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.steward.dev",
+    version = "v1alpha1",
+    kind = "EtcdCluster",
+    namespaced,
+    shortname = "ec",
+    shortname = "etcd",
+    status = "EtcdClusterStatus",
+    derive = "PartialEq",
+    doc = "An etcd cluster managed by etcd-steward. Its status verdict (conditions, ready members, verification) comes from a status policy evaluated on every reconcile.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.readyMembers",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "VERSION", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "READY", type_ = "integer", json_path = ".status.readyMembers"),
+    printcolumn(
+        name = "AVAILABLE",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "VERIFIED",
+        type_ = "date",
+        json_path = ".status.lastVerifiedTime",
+        description = "When etcd last confirmed the cluster healthy"
+    ),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(
+    validation = Rule::new("!has(self.tls)").message(
+        "spec.tls is not implemented yet (planned: client and peer TLS); remove it"
+    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new("!has(self.auth)").message(
+        "spec.auth is not implemented yet (planned: etcd root user and auth enable); remove it"
+    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.restore)").message(
+        "spec.bootstrap.restore is not implemented yet (planned: restore from a snapshot); remove it"
+    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "!(has(self.replicas) && self.replicas == 0 && has(self.storage) && has(self.storage.medium) && self.storage.medium == 'Memory')"
+    ).message(
+        "spec.replicas=0 with spec.storage.medium=Memory is unsupported: a paused member keeps no Pod, so its tmpfs data would be lost. Delete the cluster instead."
+    ),
+    validation = Rule::new(
+        "!(has(self.storage) && has(self.storage.medium) && self.storage.medium == 'Memory') || (has(self.storage.size) && quantity(string(self.storage.size)).isGreaterThan(quantity('0')))"
+    ).message(
+        "spec.storage.size must be greater than 0 when spec.storage.medium=Memory (it is the tmpfs size limit)"
+    ),
+    validation = Rule::new(
+        "(has(self.storage) && has(self.storage.medium) ? self.storage.medium : '') == (has(oldSelf.storage) && has(oldSelf.storage.medium) ? oldSelf.storage.medium : '')"
+    ).message(
+        "spec.storage.medium is immutable; delete and recreate the cluster to change the storage backend"
+    ),
+    validation = Rule::new(
+        "(has(self.storage) && has(self.storage.storageClassName)) == (has(oldSelf.storage) && has(oldSelf.storage.storageClassName)) && (!(has(self.storage) && has(self.storage.storageClassName)) || self.storage.storageClassName == oldSelf.storage.storageClassName)"
+    ).message(
+        "spec.storage.storageClassName cannot be added, removed or changed (a PVC's storage class is immutable); delete and recreate the cluster to change it"
+    ),
+    // The equality short-cut keeps quantity() (Kubernetes >= 1.29 only) off
+    // the path of every update that does not touch the size.
+    validation = Rule::new(
+        "!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || self.storage.size == oldSelf.storage.size || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) >= 0"
+    ).message("spec.storage.size cannot shrink (a PVC cannot shrink)"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// Desired number of members; should be odd. 0 pauses the cluster: the
+    /// last member stays dormant (no Pod) and keeps its data volume.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+
+    /// etcd version, X.Y.Z. Applies to members created from now on.
+    #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"))]
+    pub version: String,
+
+    /// Per-member data directory.
+    #[serde(default)]
+    pub storage: StorageSpec,
+
+    /// How long the operator works towards one target (replicas, version)
+    /// before it reports Stalled with reason ProgressDeadlineExceeded.
+    #[serde(default = "default_progress_deadline")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: i32,
+
+    /// Transport security. Not implemented yet: rejected when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+
+    /// etcd authentication. Not implemented yet: rejected when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+
+    /// One-time initialisation. `restore` is not implemented yet: rejected when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+
+    /// Resources of the etcd container. Applies to members created from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Scheduling affinity of member Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Topology spread of member Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// Pull secrets for the etcd image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+
+    /// Extra labels and annotations put on every member Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_metadata: Option<AdditionalMetadata>,
+
+    /// A closed set of etcd flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<EtcdOptions>,
+
+    /// Which status policy derives this cluster's verdict, and its settings.
+    /// Unset: the embedded default policy with default settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_policy: Option<StatusPolicyRef>,
+}
+
+fn default_replicas() -> i32 {
+    DEFAULT_REPLICAS
+}
+
+fn default_progress_deadline() -> i32 {
+    DEFAULT_PROGRESS_DEADLINE_SECONDS
+}
+
+fn default_storage_size() -> Quantity {
+    Quantity(DEFAULT_STORAGE_SIZE.to_owned())
+}
+
+/// Where a member keeps its data.
+///
+/// Its immutability rules live on `EtcdClusterSpec`, not here: this type is
+/// also the member's storage and part of `status.observed`, which must not
+/// carry transition rules; and only at the parent can a rule see an
+/// optional field being added or removed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Requested capacity per member: the PVC size, or the tmpfs size limit
+    /// for medium Memory. May grow, never shrink.
+    #[serde(default = "default_storage_size")]
+    pub size: Quantity,
+
+    /// "" (a PVC per member) or "Memory" (tmpfs, lost with the Pod). Immutable.
+    #[serde(default)]
+    pub medium: StorageMedium,
+
+    /// StorageClass of the member PVCs; unset uses the default class, ""
+    /// disables dynamic provisioning. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+impl Default for StorageSpec {
+    fn default() -> Self {
+        Self {
+            size: default_storage_size(),
+            medium: StorageMedium::default(),
+            storage_class_name: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum StorageMedium {
+    /// A PersistentVolumeClaim per member.
+    #[default]
+    #[serde(rename = "")]
+    Default,
+    /// A tmpfs emptyDir per member.
+    Memory,
+}
+
+/// TLS for the client API (2379) and the peer API (2380). Not implemented yet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientTls>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerTls>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTls {
+    /// Secret (kubernetes.io/tls with ca.crt) holding the etcd server certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_secret_ref: Option<LocalObjectReference>,
+    /// Secret holding the operator's client certificate; enables client mTLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_client_secret_ref: Option<LocalObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<ClientCertManagerTls>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertManagerTls {
+    pub server_issuer_ref: IssuerReference,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_client_issuer_ref: Option<IssuerReference>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerTls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<PeerCertManagerTls>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerCertManagerTls {
+    pub issuer_ref: IssuerReference,
+}
+
+/// A cert-manager Issuer or ClusterIssuer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerReference {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<IssuerKind>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum IssuerKind {
+    Issuer,
+    ClusterIssuer,
+}
+
+/// etcd authentication. Not implemented yet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Secret (kubernetes.io/basic-auth) with the etcd root password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_credentials_secret_ref: Option<LocalObjectReference>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSpec>,
+}
+
+/// Restore a new cluster from a snapshot. Not implemented yet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSpec {
+    /// Where the snapshot is read from (`s3` or `pvc`, as in the anchor
+    /// operator). Kept open until restore is implemented, so such manifests
+    /// reach the CEL rule that rejects them instead of being pruned.
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub source: serde_json::Value,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdditionalMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The etcd flags a user may set. A closed set on purpose: a free-form map
+/// would let a typo or an unsafe flag through unnoticed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdOptions {
+    /// `--quota-backend-bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub quota_backend_bytes: Option<i64>,
+    /// `--auto-compaction-mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compaction_mode: Option<AutoCompactionMode>,
+    /// `--auto-compaction-retention`: a duration ("1h", "30m") for periodic,
+    /// a revision count for revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub auto_compaction_retention: Option<String>,
+    /// `--snapshot-count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub snapshot_count: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AutoCompactionMode {
+    Periodic,
+    Revision,
+}
+
+impl AutoCompactionMode {
+    pub fn as_flag_value(self) -> &'static str {
+        match self {
+            Self::Periodic => "periodic",
+            Self::Revision => "revision",
+        }
+    }
+}
+
+/// Which status policy to run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusPolicyRef {
+    /// A ConfigMap in the cluster's namespace whose `policy.wasm` binaryData
+    /// key holds the policy component. Unset: the embedded default policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub name: Option<String>,
+    /// Settings handed to the policy as JSON; the policy's own settings
+    /// schema validates them when it is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub settings: Option<serde_json::Value>,
+}
+
+/// The ConfigMap key a named status policy is read from.
+pub const POLICY_CONFIGMAP_KEY: &str = "policy.wasm";
+
+/// What the operator last saw and concluded.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// The `metadata.generation` this status was derived from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Members the policy counts as ready (healthy and serving).
+    #[serde(default)]
+    pub ready_members: i32,
+
+    /// Label selector of the member Pods, for the scale subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+
+    /// etcd cluster ID in hex, latched once the seed member is confirmed.
+    #[serde(default, rename = "clusterID", skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+
+    /// The `--initial-cluster-token` every member of this cluster gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_token: Option<String>,
+
+    /// The target being worked towards. Adopted from spec only once the
+    /// previous target is reached or its deadline has passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedClusterSpec>,
+
+    /// When etcd last confirmed the cluster healthy (a verified verdict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_time: Option<Time>,
+
+    /// Consecutive reconciles whose verdict was not verified.
+    #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
+    pub unverified_streak: u32,
+
+    /// The status policy that produced this verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyStatus>,
+
+    /// One entry per member, as etcd and the Pods report them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub members: Vec<MemberSummary>,
+
+    /// The error of the last membership action, until one succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action_error: Option<String>,
+
+    /// When the in-flight target is declared stuck. Unset when no target is in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<Time>,
+
+    /// Available, Degraded, Progressing (from the policy); Ready, Reconciling,
+    /// Stalled (kstatus, derived by the operator).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The locked target of the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedClusterSpec {
+    pub replicas: i32,
+    pub version: String,
+    pub storage: StorageSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// Identity of the policy in use.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// The name the policy reports for itself.
+    pub name: String,
+    /// The version the policy reports for itself.
+    #[serde(default)]
+    pub version: String,
+    /// `sha256:<hex>` of the component bytes.
+    pub digest: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSummary {
+    /// The EtcdMember (and Pod) name.
+    pub name: String,
+    /// etcd member ID in hex; unset until etcd reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub role: MemberRole,
+    #[serde(default)]
+    pub leader: bool,
+    #[serde(default)]
+    pub healthy: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberRole {
+    Voter,
+    Learner,
+}
+
+impl EtcdCluster {
+    /// The replica count actually aimed at: the locked target when there is one.
+    pub fn target_replicas(&self) -> i32 {
+        self.status
+            .as_ref()
+            .and_then(|s| s.observed.as_ref())
+            .map_or(self.spec.replicas, |o| o.replicas)
+    }
+}

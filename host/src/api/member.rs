@@ -1,0 +1,112 @@
+//! `EtcdMember`: one etcd member, created only by the operator and owned by
+//! its `EtcdCluster`. It owns the member's Pod and PVC.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::cluster::StorageSpec;
+
+/// Condition types and reasons of an EtcdMember.
+pub mod condition {
+    /// The Pod is Ready and etcd lists the member.
+    pub const READY: &str = "Ready";
+    /// The Pod runs a different etcd version than the member's spec.
+    pub const VERSION_DRIFTED: &str = "VersionDrifted";
+
+    /// Ready=True: Pod Ready and the member ID confirmed by etcd.
+    pub const REASON_POD_READY: &str = "PodReady";
+    /// Ready=False: the Pod is missing, pending, terminated or not Ready.
+    pub const REASON_POD_NOT_READY: &str = "PodNotReady";
+    /// Ready=False: the Pod is Ready but etcd has not (yet) reported its ID.
+    pub const REASON_DISCOVERING_MEMBER_ID: &str = "DiscoveringMemberID";
+    /// Ready=False: the member is dormant (cluster paused at 0 replicas).
+    pub const REASON_PAUSED: &str = "Paused";
+    /// Ready=False: etcd's member list does not contain this member.
+    pub const REASON_NOT_A_MEMBER: &str = "NotAMember";
+    /// VersionDrifted=True / False.
+    pub const REASON_VERSION_MISMATCH: &str = "VersionMismatch";
+    pub const REASON_VERSION_MATCHES: &str = "VersionMatches";
+}
+
+/// Desired state of one etcd member. Written by the cluster controller.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.steward.dev",
+    version = "v1alpha1",
+    kind = "EtcdMember",
+    namespaced,
+    shortname = "em",
+    status = "EtcdMemberStatus",
+    derive = "PartialEq",
+    doc = "One member of an EtcdCluster. Created and deleted only by etcd-steward; do not edit.",
+    printcolumn(name = "CLUSTER", type_ = "string", json_path = ".spec.cluster"),
+    printcolumn(name = "VERSION", type_ = "string", json_path = ".spec.version"),
+    printcolumn(
+        name = "READY",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "ID", type_ = "string", json_path = ".status.memberID"),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(
+    validation = Rule::new("self.cluster == oldSelf.cluster").message("spec.cluster is immutable"),
+    validation = Rule::new("self.bootstrap == oldSelf.bootstrap").message("spec.bootstrap is immutable"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberSpec {
+    /// Name of the owning EtcdCluster.
+    #[schemars(length(min = 1))]
+    pub cluster: String,
+    /// etcd version of this member's Pod.
+    #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"))]
+    pub version: String,
+    /// The cluster's storage at the time this member was created.
+    #[serde(default)]
+    pub storage: StorageSpec,
+    /// `--initial-cluster`: for a joining member, taken from etcd's own
+    /// member list (peer URLs) right after MemberAddAsLearner.
+    pub initial_cluster: String,
+    /// `--initial-cluster-token`.
+    pub cluster_token: String,
+    /// The seed: the one member started with `--initial-cluster-state=new`.
+    #[serde(default)]
+    pub bootstrap: bool,
+    /// Paused (cluster at 0 replicas): no Pod, the PVC is kept.
+    #[serde(default)]
+    pub dormant: bool,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberStatus {
+    /// etcd member ID in hex, once etcd reports it.
+    #[serde(default, rename = "memberID", skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    /// UID of the Pod last seen for this member.
+    #[serde(default, rename = "podUID", skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// etcd counts this member towards quorum (not a learner).
+    #[serde(default)]
+    pub is_voter: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_name: Option<String>,
+    /// The version etcd itself reports for this member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Ready and VersionDrifted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl EtcdMember {
+    /// Whether the member's Pod should carry the voter role label: the seed
+    /// is a voter from the start; a joining member once etcd promotes it.
+    pub fn is_voter(&self) -> bool {
+        self.spec.bootstrap || self.status.as_ref().is_some_and(|s| s.is_voter)
+    }
+}

@@ -1,0 +1,390 @@
+//! The Pod of one etcd member: a bare Pod (no StatefulSet), named after the
+//! member, resolvable as `<member>.<cluster>.<ns>.svc` via the headless
+//! Service.
+//!
+//! `restartPolicy: Never`: a member whose etcd exits ends in phase
+//! Succeeded/Failed and the operator deletes and recreates the Pod on the
+//! same PVC. The anchor operator let such Pods sit forever (its #368);
+//! recreating them is the operator's job, so the kubelet must not hide the
+//! exit by restarting the container in place.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaimVolumeSource,
+    Pod, PodSpec, Probe, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{
+    BuildError, CLIENT_PORT, METRICS_PORT, MemberContext, PEER_PORT, member_client_url,
+    member_labels, member_peer_url, owner_of, pvc_name,
+};
+use crate::api::{EtcdCluster, EtcdMember, StorageMedium};
+
+/// Where etcd keeps its data inside the container.
+pub const DATA_DIR: &str = "/var/lib/etcd";
+const DATA_VOLUME: &str = "data";
+const CONTAINER: &str = "etcd";
+
+/// The Pod for `member` of `cluster`; `etcd_image` is the image repository
+/// (the CLI's `--etcd-image`), tagged here with `v<member version>`.
+///
+/// Labels and annotations from `spec.additionalMetadata` are applied first,
+/// so they can never replace the labels the Services and PDB select on.
+pub fn member_pod(
+    cluster: &EtcdCluster,
+    member: &EtcdMember,
+    etcd_image: &str,
+) -> Result<Pod, BuildError> {
+    let cx = MemberContext::new(cluster, member)?;
+    let owner = owner_of(member, "EtcdMember")?;
+    let spec = &cx.cluster.spec;
+
+    let (mut labels, annotations) = match &spec.additional_metadata {
+        Some(extra) => (extra.labels.clone(), extra.annotations.clone()),
+        None => (BTreeMap::new(), BTreeMap::new()),
+    };
+    labels.extend(member_labels(
+        &cx.cluster_name,
+        &cx.member_name,
+        member.is_voter(),
+    ));
+
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(cx.member_name.clone()),
+            namespace: Some(cx.namespace.clone()),
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            hostname: Some(cx.member_name.clone()),
+            subdomain: Some(cx.cluster_name.clone()),
+            restart_policy: Some("Never".to_owned()),
+            // etcd never talks to the Kubernetes API.
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            containers: vec![etcd_container(&cx, etcd_image)],
+            volumes: Some(vec![data_volume(&cx)]),
+            affinity: spec.affinity.clone(),
+            topology_spread_constraints: spec.topology_spread_constraints.clone(),
+            image_pull_secrets: spec.image_pull_secrets.clone(),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+fn etcd_container(cx: &MemberContext<'_>, etcd_image: &str) -> Container {
+    Container {
+        name: CONTAINER.to_owned(),
+        image: Some(format!(
+            "{}:v{}",
+            etcd_image.trim_end_matches(':'),
+            cx.member.spec.version
+        )),
+        command: Some(vec!["etcd".to_owned()]),
+        args: Some(etcd_args(cx)),
+        ports: Some(vec![
+            port("client", CLIENT_PORT),
+            port("peer", PEER_PORT),
+            port("metrics", METRICS_PORT),
+        ]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: DATA_VOLUME.to_owned(),
+            mount_path: DATA_DIR.to_owned(),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(Probe {
+            http_get: Some(http_get("/health")),
+            period_seconds: Some(5),
+            timeout_seconds: Some(2),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        // Not /health: etcd 3.5 answers it with 503 "RAFT NO LEADER" on every
+        // member while quorum is lost (`?serializable=true` too), so a
+        // liveness probe there would kill all members during an outage —
+        // and with medium Memory, their data. /metrics answers while the
+        // process serves at all, which is what liveness is about.
+        liveness_probe: Some(Probe {
+            http_get: Some(http_get("/metrics")),
+            initial_delay_seconds: Some(15),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(8),
+            ..Default::default()
+        }),
+        resources: cx.cluster.spec.resources.clone(),
+        ..Default::default()
+    }
+}
+
+fn etcd_args(cx: &MemberContext<'_>) -> Vec<String> {
+    let (member, cluster, ns) = (&cx.member_name, &cx.cluster_name, &cx.namespace);
+    let spec = &cx.member.spec;
+    let state = if spec.bootstrap { "new" } else { "existing" };
+    let mut args = vec![
+        format!("--name={member}"),
+        format!("--data-dir={DATA_DIR}"),
+        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
+        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
+        format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
+        format!(
+            "--advertise-client-urls={}",
+            member_client_url(member, cluster, ns)
+        ),
+        format!(
+            "--initial-advertise-peer-urls={}",
+            member_peer_url(member, cluster, ns)
+        ),
+        format!("--initial-cluster={}", spec.initial_cluster),
+        format!("--initial-cluster-state={state}"),
+        format!("--initial-cluster-token={}", spec.cluster_token),
+    ];
+    if let Some(options) = &cx.cluster.spec.options {
+        if let Some(bytes) = options.quota_backend_bytes {
+            args.push(format!("--quota-backend-bytes={bytes}"));
+        }
+        if let Some(mode) = options.auto_compaction_mode {
+            args.push(format!("--auto-compaction-mode={}", mode.as_flag_value()));
+        }
+        if let Some(retention) = &options.auto_compaction_retention {
+            args.push(format!("--auto-compaction-retention={retention}"));
+        }
+        if let Some(count) = options.snapshot_count {
+            args.push(format!("--snapshot-count={count}"));
+        }
+    }
+    args
+}
+
+fn data_volume(cx: &MemberContext<'_>) -> Volume {
+    let storage = &cx.member.spec.storage;
+    match storage.medium {
+        StorageMedium::Default => Volume {
+            name: DATA_VOLUME.to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc_name(&cx.member_name),
+                read_only: None,
+            }),
+            ..Default::default()
+        },
+        StorageMedium::Memory => Volume {
+            name: DATA_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(storage.size.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+fn port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..Default::default()
+    }
+}
+
+fn http_get(path: &str) -> HTTPGetAction {
+    HTTPGetAction {
+        path: Some(path.to_owned()),
+        port: IntOrString::Int(METRICS_PORT),
+        scheme: Some("HTTP".to_owned()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::*;
+    use crate::api::{AdditionalMetadata, EtcdMemberStatus, EtcdOptions};
+    use crate::resources::fixtures;
+    use crate::resources::{LABEL_INSTANCE, LABEL_ROLE};
+
+    const IMAGE: &str = "gcr.io/etcd-development/etcd";
+
+    fn args(pod: &Pod) -> Vec<String> {
+        pod.spec.as_ref().unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_seed_starts_a_new_cluster_with_every_address_through_the_headless_service() {
+        let cluster = fixtures::cluster(fixtures::spec());
+        let seed = fixtures::member("main-0", true);
+        let pod = member_pod(&cluster, &seed, IMAGE).unwrap();
+
+        assert_eq!(pod.metadata.name.as_deref(), Some("main-0"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("prod"));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("main-0"));
+        assert_eq!(spec.subdomain.as_deref(), Some("main"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let c = &spec.containers[0];
+        assert_eq!(c.name, "etcd");
+        assert_eq!(c.image.as_deref(), Some("gcr.io/etcd-development/etcd:v3.5.1"));
+        assert_eq!(c.command.as_deref(), Some(&["etcd".to_owned()][..]));
+        assert_eq!(
+            args(&pod),
+            [
+                "--name=main-0",
+                "--data-dir=/var/lib/etcd",
+                "--listen-client-urls=http://0.0.0.0:2379",
+                "--listen-peer-urls=http://0.0.0.0:2380",
+                "--listen-metrics-urls=http://0.0.0.0:2381",
+                "--advertise-client-urls=http://main-0.main.prod.svc:2379",
+                "--initial-advertise-peer-urls=http://main-0.main.prod.svc:2380",
+                "--initial-cluster=main-0=http://main-0.main.prod.svc:2380",
+                "--initial-cluster-state=new",
+                "--initial-cluster-token=main-uid-cluster",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_joining_member_uses_the_initial_cluster_etcd_gave_and_state_existing() {
+        let cluster = fixtures::cluster(fixtures::spec());
+        let mut joiner = fixtures::member("main-1", false);
+        joiner.spec.initial_cluster = "main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380".into();
+        let a = args(&member_pod(&cluster, &joiner, IMAGE).unwrap());
+        assert!(a.contains(&"--initial-cluster-state=existing".to_owned()));
+        assert!(a.contains(&"--initial-cluster=main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380".to_owned()));
+    }
+
+    #[test]
+    fn options_become_etcd_flags() {
+        let mut spec = fixtures::spec();
+        spec.options = Some(EtcdOptions {
+            quota_backend_bytes: Some(8 << 30),
+            auto_compaction_mode: Some(crate::api::AutoCompactionMode::Periodic),
+            auto_compaction_retention: Some("1h".into()),
+            snapshot_count: Some(10_000),
+        });
+        let cluster = fixtures::cluster(spec);
+        let a = args(&member_pod(&cluster, &fixtures::member("main-0", true), IMAGE).unwrap());
+        assert_eq!(
+            a[10..],
+            [
+                "--quota-backend-bytes=8589934592",
+                "--auto-compaction-mode=periodic",
+                "--auto-compaction-retention=1h",
+                "--snapshot-count=10000",
+            ]
+        );
+    }
+
+    #[test]
+    fn data_lives_on_the_member_pvc_or_in_a_sized_tmpfs() {
+        let cluster = fixtures::cluster(fixtures::spec());
+        let mut member = fixtures::member("main-2", false);
+        let pod = member_pod(&cluster, &member, IMAGE).unwrap();
+        let spec = pod.spec.unwrap();
+        let mount = &spec.containers[0].volume_mounts.as_ref().unwrap()[0];
+        assert_eq!((mount.name.as_str(), mount.mount_path.as_str()), ("data", DATA_DIR));
+        let volume = &spec.volumes.as_ref().unwrap()[0];
+        assert_eq!(volume.name, "data");
+        assert_eq!(
+            volume.persistent_volume_claim.as_ref().unwrap().claim_name,
+            "data-main-2"
+        );
+
+        member.spec.storage.medium = StorageMedium::Memory;
+        member.spec.storage.size = Quantity("512Mi".into());
+        let pod = member_pod(&cluster, &member, IMAGE).unwrap();
+        let volume = &pod.spec.unwrap().volumes.unwrap()[0];
+        assert!(volume.persistent_volume_claim.is_none());
+        let empty_dir = volume.empty_dir.as_ref().unwrap();
+        assert_eq!(empty_dir.medium.as_deref(), Some("Memory"));
+        assert_eq!(empty_dir.size_limit, Some(Quantity("512Mi".into())));
+    }
+
+    #[test]
+    fn probes_hit_the_metrics_listener() {
+        let cluster = fixtures::cluster(fixtures::spec());
+        let pod = member_pod(&cluster, &fixtures::member("main-0", true), IMAGE).unwrap();
+        let c = &pod.spec.unwrap().containers[0];
+        let readiness = c.readiness_probe.as_ref().unwrap();
+        let get = readiness.http_get.as_ref().unwrap();
+        assert_eq!(
+            (get.path.as_deref(), &get.port),
+            (Some("/health"), &IntOrString::Int(2381))
+        );
+        assert_eq!(readiness.period_seconds, Some(5));
+        let liveness = c.liveness_probe.as_ref().unwrap();
+        assert_eq!(liveness.http_get.as_ref().unwrap().port, IntOrString::Int(2381));
+        // Generous: a slow disk or a long apply must not kill a member.
+        let window = liveness.period_seconds.unwrap() * liveness.failure_threshold.unwrap();
+        assert!(window >= 60, "liveness gives up after {window}s");
+    }
+
+    #[test]
+    fn user_metadata_and_scheduling_are_applied_but_cannot_replace_selector_labels() {
+        let mut spec: crate::api::EtcdClusterSpec = serde_json::from_value(serde_json::json!({
+            "version": "3.5.1",
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname",
+                 "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "main"}}}
+            ]}},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+            "imagePullSecrets": [{"name": "regcred"}],
+        }))
+        .unwrap();
+        spec.additional_metadata = Some(AdditionalMetadata {
+            labels: BTreeMap::from([
+                ("team".to_owned(), "storage".to_owned()),
+                (LABEL_INSTANCE.to_owned(), "hijack".to_owned()),
+            ]),
+            annotations: BTreeMap::from([("note".to_owned(), "hello".to_owned())]),
+        });
+        let cluster = fixtures::cluster(spec);
+        let pod = member_pod(&cluster, &fixtures::member("main-0", true), IMAGE).unwrap();
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "storage");
+        assert_eq!(labels[LABEL_INSTANCE], "main");
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()["note"], "hello");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"],
+            Quantity("100m".into())
+        );
+        assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
+        assert_eq!(spec.topology_spread_constraints.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.image_pull_secrets.as_ref().unwrap()[0].name, "regcred");
+    }
+
+    #[test]
+    fn the_pod_is_owned_by_its_member_and_labelled_with_its_role() {
+        let cluster = fixtures::cluster(fixtures::spec());
+        let mut learner = fixtures::member("main-3", false);
+        let pod = member_pod(&cluster, &learner, IMAGE).unwrap();
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("EtcdMember", "main-3", "uid-main-3")
+        );
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_ROLE], "learner");
+
+        learner.status = Some(EtcdMemberStatus {
+            is_voter: true,
+            ..Default::default()
+        });
+        let pod = member_pod(&cluster, &learner, IMAGE).unwrap();
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_ROLE], "voter");
+    }
+}
