@@ -1,2 +1,4 @@
 //! etcd-steward: an etcd operator whose status verdicts come from sandboxed
 //! WebAssembly policies.
+
+pub mod etcd;
