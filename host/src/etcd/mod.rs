@@ -9,7 +9,9 @@
 mod api;
 mod classify;
 mod client;
+mod faults;
 
 pub use api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo, kind_str};
 pub use classify::redact;
 pub use client::{ClientConfig, DEFAULT_DEADLINE, EtcdClient, alarms_for};
+pub use faults::{Failure, Fault, FaultyEtcd, Faults, SuccessHook, Times};
