@@ -2,3 +2,4 @@
 //! WebAssembly policies.
 
 pub mod etcd;
+pub mod observe;
