@@ -1,0 +1,270 @@
+//! The operator's view of etcd: every RPC it makes, as one object-safe trait.
+//!
+//! Everything above this module (observe, act) talks to `Arc<dyn EtcdApi>`,
+//! never to etcd-client directly, so each RPC can be faulted in tests
+//! (see [`super::FaultyEtcd`]) and every failure arrives as an [`RpcError`]
+//! that already says what kind of failure it was.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use steward_policy_sdk::{AlarmKind, EndpointStatus, EtcdMember, ProbeError, ProbeErrorKind};
+
+/// Every etcd RPC the operator makes. Adding a call to [`EtcdApi`] means
+/// adding its variant here, so the fault injector and the "fail each RPC"
+/// tests cover it without anyone remembering to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Rpc {
+    Status,
+    MemberList,
+    QuorumRead,
+    MemberAddAsLearner,
+    MemberPromote,
+    MemberRemove,
+    // Auth calls (AuthEnable, UserAdd, RoleAdd, ...) go here when they exist.
+}
+
+impl Rpc {
+    pub const ALL: [Rpc; 6] = [
+        Rpc::Status,
+        Rpc::MemberList,
+        Rpc::QuorumRead,
+        Rpc::MemberAddAsLearner,
+        Rpc::MemberPromote,
+        Rpc::MemberRemove,
+    ];
+
+    /// The etcd API name, as operators know it from etcdctl and etcd's logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rpc::Status => "Status",
+            Rpc::MemberList => "MemberList",
+            Rpc::QuorumRead => "QuorumRead",
+            Rpc::MemberAddAsLearner => "MemberAddAsLearner",
+            Rpc::MemberPromote => "MemberPromote",
+            Rpc::MemberRemove => "MemberRemove",
+        }
+    }
+
+    /// Whether the RPC changes membership. Such calls are never retried on
+    /// another endpoint once they may have reached a server.
+    pub fn is_mutation(self) -> bool {
+        matches!(
+            self,
+            Rpc::MemberAddAsLearner | Rpc::MemberPromote | Rpc::MemberRemove
+        )
+    }
+}
+
+impl fmt::Display for Rpc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed RPC, classified. `message` is safe to log and to show in a
+/// status: it never carries credentials (see `classify::redact`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RpcError {
+    pub rpc: Rpc,
+    pub endpoint: String,
+    pub kind: ProbeErrorKind,
+    pub message: String,
+}
+
+impl RpcError {
+    pub fn new(
+        rpc: Rpc,
+        endpoint: impl Into<String>,
+        kind: ProbeErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            rpc,
+            endpoint: endpoint.into(),
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The policy-facing form. The RPC and endpoint lead the message so a
+    /// condition message built from it says where the fault was.
+    pub fn to_probe_error(&self) -> ProbeError {
+        ProbeError {
+            kind: self.kind,
+            message: format!("{} {}: {}", self.rpc, self.endpoint, self.message),
+        }
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at {} failed ({}): {}",
+            self.rpc,
+            self.endpoint,
+            kind_str(self.kind),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+pub fn kind_str(kind: ProbeErrorKind) -> &'static str {
+    match kind {
+        ProbeErrorKind::Timeout => "timeout",
+        ProbeErrorKind::Dns => "dns",
+        ProbeErrorKind::Refused => "refused",
+        ProbeErrorKind::Tls => "tls",
+        ProbeErrorKind::Auth => "auth",
+        ProbeErrorKind::Other => "other",
+    }
+}
+
+/// What one member says about itself (the Maintenance.Status RPC).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct StatusInfo {
+    pub cluster_id: u64,
+    pub member_id: u64,
+    /// 0 when the member knows no leader.
+    pub leader_id: u64,
+    pub raft_term: u64,
+    /// The member's committed index.
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub db_size: u64,
+    pub db_size_in_use: u64,
+    pub version: String,
+    pub is_learner: bool,
+    /// etcd's own error strings, verbatim ("etcdserver: no leader",
+    /// alarm descriptions, ...).
+    pub errors: Vec<String>,
+    /// Alarms raised for this member, parsed from `errors`.
+    pub alarms: Vec<AlarmKind>,
+}
+
+impl StatusInfo {
+    pub fn is_leader(&self) -> bool {
+        self.member_id != 0 && self.member_id == self.leader_id
+    }
+}
+
+impl From<&StatusInfo> for EndpointStatus {
+    fn from(s: &StatusInfo) -> Self {
+        EndpointStatus {
+            member_id: s.member_id,
+            leader_id: s.leader_id,
+            raft_term: s.raft_term,
+            raft_index: s.raft_index,
+            raft_applied_index: s.raft_applied_index,
+            db_size: s.db_size,
+            db_size_in_use: s.db_size_in_use,
+            version: s.version.clone(),
+            alarms: s.alarms.clone(),
+            is_learner: s.is_learner,
+        }
+    }
+}
+
+/// The result of MemberAdd: the new member's id and etcd's member list
+/// right after the add, which is where a new member's initial cluster
+/// must come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddedMember {
+    pub id: u64,
+    pub members: Vec<EtcdMember>,
+}
+
+/// Every etcd RPC the operator makes.
+///
+/// Reads are addressed to one endpoint: the caller decides whom to ask,
+/// because which member answers is itself an observation. Membership
+/// changes take a list of endpoints: an implementation tries them in order
+/// (put the leader first) and moves on only while the call cannot have
+/// reached a server (refused, DNS, TLS); after a timeout it returns the
+/// error, because the change may have been applied and the next observation
+/// must find out.
+///
+/// Every call is bounded by [`EtcdApi::deadline`], including name
+/// resolution and connecting.
+#[async_trait]
+pub trait EtcdApi: Send + Sync {
+    /// The per-RPC deadline this client enforces.
+    fn deadline(&self) -> Duration;
+
+    async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError>;
+
+    async fn member_list(&self, endpoint: &str) -> Result<Vec<EtcdMember>, RpcError>;
+
+    /// A linearizable read (through raft's read index): it succeeds only
+    /// while a quorum of voters exists and has a leader.
+    async fn quorum_read(&self, endpoint: &str) -> Result<(), RpcError>;
+
+    async fn member_add_as_learner(
+        &self,
+        endpoints: &[String],
+        peer_urls: &[String],
+    ) -> Result<AddedMember, RpcError>;
+
+    /// Returns etcd's member list after the promotion.
+    async fn member_promote(
+        &self,
+        endpoints: &[String],
+        id: u64,
+    ) -> Result<Vec<EtcdMember>, RpcError>;
+
+    /// Returns etcd's member list after the removal.
+    async fn member_remove(&self, endpoints: &[String], id: u64)
+    -> Result<Vec<EtcdMember>, RpcError>;
+
+    // Auth calls (enable auth, users, roles) belong here, each with its
+    // own `Rpc` variant, when auth support lands.
+}
+
+/// Lets a shared client be wrapped (`FaultyEtcd<Arc<dyn EtcdApi>>`) or
+/// passed where an `EtcdApi` is expected.
+#[async_trait]
+impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
+    fn deadline(&self) -> Duration {
+        (**self).deadline()
+    }
+
+    async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {
+        (**self).status(endpoint).await
+    }
+
+    async fn member_list(&self, endpoint: &str) -> Result<Vec<EtcdMember>, RpcError> {
+        (**self).member_list(endpoint).await
+    }
+
+    async fn quorum_read(&self, endpoint: &str) -> Result<(), RpcError> {
+        (**self).quorum_read(endpoint).await
+    }
+
+    async fn member_add_as_learner(
+        &self,
+        endpoints: &[String],
+        peer_urls: &[String],
+    ) -> Result<AddedMember, RpcError> {
+        (**self).member_add_as_learner(endpoints, peer_urls).await
+    }
+
+    async fn member_promote(
+        &self,
+        endpoints: &[String],
+        id: u64,
+    ) -> Result<Vec<EtcdMember>, RpcError> {
+        (**self).member_promote(endpoints, id).await
+    }
+
+    async fn member_remove(
+        &self,
+        endpoints: &[String],
+        id: u64,
+    ) -> Result<Vec<EtcdMember>, RpcError> {
+        (**self).member_remove(endpoints, id).await
+    }
+}

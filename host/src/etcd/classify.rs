@@ -1,0 +1,193 @@
+//! Turning etcd-client, tonic, hyper and io errors into a [`ProbeErrorKind`].
+//!
+//! The kind is what a policy reasons about ("members stop resolving" must
+//! read as DNS, a frozen member as a timeout), so it is worth getting right.
+//! etcd-client's `Error` has no `source()`, and tonic wraps transport
+//! failures in a `Status` whose code is often just `Unknown` or
+//! `Unavailable`, so the classifier walks each layer's source chain and
+//! looks at io error kinds first, gRPC codes second and message text last.
+
+use std::error::Error as StdError;
+
+use steward_policy_sdk::ProbeErrorKind;
+use tonic::Code;
+
+/// Classifies an etcd-client error and renders a credential-free message.
+pub fn classify(err: &etcd_client::Error) -> (ProbeErrorKind, String) {
+    let mut chain = Chain::default();
+    match err {
+        etcd_client::Error::GRpcStatus(status) => {
+            chain.code = Some(status.code());
+            chain.push_text(status.message());
+            chain.walk(status.source());
+        }
+        etcd_client::Error::TransportError(e) => {
+            chain.push_text(&e.to_string());
+            chain.walk(e.source());
+        }
+        etcd_client::Error::IoError(e) => {
+            chain.io_kinds.push(e.kind());
+            chain.push_text(&e.to_string());
+            chain.walk(e.source());
+        }
+        other => chain.push_text(&other.to_string()),
+    }
+    (chain.kind(), redact(&chain.message()))
+}
+
+#[derive(Default)]
+struct Chain {
+    code: Option<Code>,
+    io_kinds: Vec<std::io::ErrorKind>,
+    /// Each layer's own text, outermost first, without repeats.
+    texts: Vec<String>,
+}
+
+impl Chain {
+    fn push_text(&mut self, text: &str) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        // Many layers repeat their source's text in their own Display.
+        if self.texts.iter().any(|t| t.contains(text)) {
+            return;
+        }
+        self.texts.push(text.to_owned());
+    }
+
+    fn walk(&mut self, mut next: Option<&(dyn StdError + 'static)>) {
+        // Bounded: a cyclic or absurdly deep chain must not hang a probe.
+        for _ in 0..32 {
+            let Some(e) = next else { return };
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                self.io_kinds.push(io.kind());
+            }
+            if let Some(status) = e.downcast_ref::<tonic::Status>() {
+                self.code.get_or_insert(status.code());
+            }
+            if e.is::<tonic::TimeoutExpired>() {
+                self.io_kinds.push(std::io::ErrorKind::TimedOut);
+            }
+            self.push_text(&e.to_string());
+            next = e.source();
+        }
+    }
+
+    fn message(&self) -> String {
+        self.texts.join(": ")
+    }
+
+    fn kind(&self) -> ProbeErrorKind {
+        use std::io::ErrorKind as Io;
+        let text = self.message().to_ascii_lowercase();
+        let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+
+        if self.io_kinds.contains(&Io::ConnectionRefused) || has(&["connection refused"]) {
+            return ProbeErrorKind::Refused;
+        }
+        if has(&[
+            "failed to lookup address",
+            "dns error",
+            "name or service not known",
+            "no such host",
+            "temporary failure in name resolution",
+            "nodename nor servname",
+            "no address associated with hostname",
+        ]) {
+            return ProbeErrorKind::Dns;
+        }
+        if has(&[
+            "tls",
+            "certificate",
+            "invalidcontenttype",
+            "corrupt message",
+            "handshake",
+            "unknownissuer",
+            "peer sent no certificates",
+        ]) {
+            return ProbeErrorKind::Tls;
+        }
+        if matches!(
+            self.code,
+            Some(Code::Unauthenticated | Code::PermissionDenied)
+        ) || has(&[
+            "invalid auth token",
+            "authentication failed",
+            "user name is empty",
+            "permission denied",
+        ]) {
+            return ProbeErrorKind::Auth;
+        }
+        if self.io_kinds.contains(&Io::TimedOut)
+            || matches!(self.code, Some(Code::DeadlineExceeded))
+            || has(&["deadline", "timed out", "timeout", "elapsed"])
+        {
+            return ProbeErrorKind::Timeout;
+        }
+        ProbeErrorKind::Other
+    }
+}
+
+/// Removes credentials from text that may quote a URL (`scheme://user:pass@host`).
+/// The operator's own credentials are never put into a message in the first
+/// place; this covers URLs quoted back by libraries.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let authority_end = tail
+            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..authority_end];
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str("***@");
+                out.push_str(&authority[at + 1..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[authority_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_strips_userinfo_from_every_url() {
+        assert_eq!(
+            redact("dial http://root:s3cret@10.0.0.1:2379/x failed; https://u@h:1 too"),
+            "dial http://***@10.0.0.1:2379/x failed; https://***@h:1 too"
+        );
+        assert_eq!(redact("no urls here"), "no urls here");
+    }
+
+    #[test]
+    fn grpc_codes_and_texts_map_to_kinds() {
+        let cases = [
+            (tonic::Status::unauthenticated("etcdserver: invalid auth token"), ProbeErrorKind::Auth),
+            (tonic::Status::permission_denied("etcdserver: permission denied"), ProbeErrorKind::Auth),
+            (tonic::Status::deadline_exceeded("context deadline exceeded"), ProbeErrorKind::Timeout),
+            (tonic::Status::cancelled("Timeout expired"), ProbeErrorKind::Timeout),
+            (tonic::Status::unavailable("etcdserver: leader changed"), ProbeErrorKind::Other),
+        ];
+        for (status, want) in cases {
+            let (kind, _) = classify(&etcd_client::Error::GRpcStatus(status.clone()));
+            assert_eq!(kind, want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn io_kind_wins_over_text() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "os error 111");
+        let (kind, msg) = classify(&etcd_client::Error::IoError(io));
+        assert_eq!(kind, ProbeErrorKind::Refused);
+        assert!(msg.contains("os error 111"), "{msg}");
+    }
+}

@@ -1,0 +1,344 @@
+//! [`EtcdApi`] over etcd-client: one lazily connected channel per endpoint.
+//!
+//! Not etcd-client's balanced multi-endpoint client: behind a balancer a
+//! dead endpoint is silently dropped and requests wait for a healthy one,
+//! so a refused connection would surface as a timeout, and which member
+//! answered would be lost. Here each endpoint has its own channel, an
+//! endpoint's failure is reported as that endpoint's, and a hung endpoint
+//! cannot delay calls to the others.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
+use steward_policy_sdk::{AlarmKind, EtcdMember, ProbeErrorKind};
+use tonic::transport::Endpoint;
+
+use super::api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo};
+use super::classify::{classify, redact};
+
+/// The probe deadline the operator uses unless configured otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The key the quorum read asks for. Its value is irrelevant: a
+/// linearizable count-only Range is answered only after a raft read index
+/// round-trip with a quorum, and costs the server nothing else.
+const QUORUM_READ_KEY: &[u8] = b"/etcd-steward/quorum-probe";
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Upper bound for every RPC, from name resolution to the last byte.
+    pub deadline: Duration,
+    /// TLS for `https://` endpoints. With `None`, https endpoints are still
+    /// dialled, but no root is trusted, so every server certificate is
+    /// rejected and reported as a TLS fault.
+    pub tls: Option<etcd_client::TlsOptions>,
+    // Auth (user/password, token refresh) is configured here when it lands;
+    // credentials must stay out of every `RpcError` message.
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            deadline: DEFAULT_DEADLINE,
+            tls: None,
+        }
+    }
+}
+
+pub struct EtcdClient {
+    config: ClientConfig,
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+impl EtcdClient {
+    pub fn new(config: ClientConfig) -> Self {
+        Self {
+            config,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The cached client for `endpoint`, created on first use. Creating one
+    /// does no I/O (the channel connects lazily), so the lock is never held
+    /// across a network wait.
+    async fn client(&self, rpc: Rpc, endpoint: &str) -> Result<Client, RpcError> {
+        if let Some(c) = self.lock().get(endpoint) {
+            return Ok(c.clone());
+        }
+        let channel = self.endpoint(endpoint).map_err(|message| {
+            RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
+        })?;
+        let client = Client::from_channel(
+            etcd_client::Channel::Tonic(channel.connect_lazy()),
+            Some(ConnectOptions::new().with_timeout(self.config.deadline)),
+        )
+        .await
+        .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+        Ok(self
+            .lock()
+            .entry(endpoint.to_owned())
+            .or_insert(client)
+            .clone())
+    }
+
+    fn endpoint(&self, endpoint: &str) -> Result<Endpoint, String> {
+        let url = if endpoint.contains("://") {
+            endpoint.to_owned()
+        } else {
+            format!("http://{endpoint}")
+        };
+        let mut ep = Endpoint::from_shared(url.clone())
+            .map_err(|e| format!("invalid endpoint URL {:?}: {e}", redact(&url)))?
+            .connect_timeout(self.config.deadline)
+            .timeout(self.config.deadline)
+            .tcp_nodelay(true);
+        if url.starts_with("https://") {
+            let tls = self.config.tls.clone().unwrap_or_default();
+            ep = ep
+                .tls_config(tls)
+                .map_err(|e| format!("TLS configuration for {}: {e}", redact(&url)))?;
+        }
+        Ok(ep)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+        // A panic elsewhere while holding the lock leaves the map intact.
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one RPC against one endpoint under the deadline. The client's
+    /// own timeout covers the request; this one also covers connecting and
+    /// name resolution, whichever layer stalls.
+    async fn call<T, F, Fut>(&self, rpc: Rpc, endpoint: &str, f: F) -> Result<T, RpcError>
+    where
+        F: FnOnce(Client) -> Fut + Send,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
+    {
+        let deadline = self.config.deadline;
+        let attempt = async {
+            let client = self.client(rpc, endpoint).await?;
+            f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
+        };
+        match tokio::time::timeout(deadline, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(RpcError::new(
+                rpc,
+                redact(endpoint),
+                ProbeErrorKind::Timeout,
+                format!("no answer within {deadline:?}"),
+            )),
+        }
+    }
+
+    /// A membership change, tried on each endpoint in turn while the failure
+    /// shows the request never reached a server.
+    async fn mutate<T, F, Fut>(&self, rpc: Rpc, endpoints: &[String], f: F) -> Result<T, RpcError>
+    where
+        F: Fn(Client) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
+    {
+        let mut failures = Vec::new();
+        for endpoint in endpoints {
+            match self.call(rpc, endpoint, &f).await {
+                Ok(v) => return Ok(v),
+                Err(e) if never_reached_server(e.kind) => failures.push(e),
+                Err(e) => return Err(with_earlier(e, &failures)),
+            }
+        }
+        match failures.pop() {
+            Some(last) => Err(with_earlier(last, &failures)),
+            None => Err(RpcError::new(
+                rpc,
+                "",
+                ProbeErrorKind::Other,
+                "no endpoint to send the request to",
+            )),
+        }
+    }
+}
+
+fn never_reached_server(kind: ProbeErrorKind) -> bool {
+    matches!(
+        kind,
+        ProbeErrorKind::Refused | ProbeErrorKind::Dns | ProbeErrorKind::Tls
+    )
+}
+
+fn with_earlier(mut last: RpcError, earlier: &[RpcError]) -> RpcError {
+    if !earlier.is_empty() {
+        let tried: Vec<String> = earlier.iter().map(|e| e.to_string()).collect();
+        last.message = format!("{} (earlier: {})", last.message, tried.join("; "));
+    }
+    last
+}
+
+fn rpc_error(rpc: Rpc, endpoint: &str, err: &etcd_client::Error) -> RpcError {
+    let (kind, message) = classify(err);
+    RpcError::new(rpc, redact(endpoint), kind, message)
+}
+
+fn members(list: &[etcd_client::Member]) -> Vec<EtcdMember> {
+    list.iter()
+        .map(|m| EtcdMember {
+            id: m.id(),
+            name: m.name().to_owned(),
+            peer_urls: m.peer_urls().to_vec(),
+            client_urls: m.client_urls().to_vec(),
+            is_learner: m.is_learner(),
+        })
+        .collect()
+}
+
+/// Alarms raised against `member_id`, from Status' error strings.
+///
+/// etcd (3.5) appends every alarm in the cluster to `errors` in protobuf
+/// text form, `memberID:<id> alarm:NOSPACE`, so the member id tells whose
+/// alarm it is. A string without a member id is taken as the member's own.
+/// Reading them here costs no extra RPC, unlike AlarmList.
+pub fn alarms_for(member_id: u64, errors: &[String]) -> Vec<AlarmKind> {
+    let mut out = Vec::new();
+    for e in errors {
+        let owner = e
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("memberID:"))
+            .and_then(|id| id.parse::<u64>().ok());
+        if owner.is_some_and(|id| id != member_id) {
+            continue;
+        }
+        let kind = if e.contains("NOSPACE") {
+            AlarmKind::Nospace
+        } else if e.contains("CORRUPT") {
+            AlarmKind::Corrupt
+        } else {
+            continue;
+        };
+        if !out.contains(&kind) {
+            out.push(kind);
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl EtcdApi for EtcdClient {
+    fn deadline(&self) -> Duration {
+        self.config.deadline
+    }
+
+    async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {
+        let resp = self
+            .call(Rpc::Status, endpoint, |mut c| async move { c.status().await })
+            .await?;
+        let header = resp.header();
+        let member_id = header.map_or(0, |h| h.member_id());
+        let errors = resp.errors().to_vec();
+        Ok(StatusInfo {
+            cluster_id: header.map_or(0, |h| h.cluster_id()),
+            member_id,
+            leader_id: resp.leader(),
+            raft_term: resp.raft_term(),
+            raft_index: resp.raft_index(),
+            raft_applied_index: resp.raft_applied_index(),
+            db_size: resp.db_size().max(0) as u64,
+            db_size_in_use: resp.raft_used_db_size().max(0) as u64,
+            version: resp.version().to_owned(),
+            is_learner: resp.is_learner(),
+            alarms: alarms_for(member_id, &errors),
+            errors,
+        })
+    }
+
+    async fn member_list(&self, endpoint: &str) -> Result<Vec<EtcdMember>, RpcError> {
+        let resp = self
+            .call(Rpc::MemberList, endpoint, |mut c| async move {
+                c.member_list().await
+            })
+            .await?;
+        Ok(members(resp.members()))
+    }
+
+    async fn quorum_read(&self, endpoint: &str) -> Result<(), RpcError> {
+        self.call(Rpc::QuorumRead, endpoint, |mut c| async move {
+            c.get(QUORUM_READ_KEY, Some(GetOptions::new().with_count_only()))
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn member_add_as_learner(
+        &self,
+        endpoints: &[String],
+        peer_urls: &[String],
+    ) -> Result<AddedMember, RpcError> {
+        let rpc = Rpc::MemberAddAsLearner;
+        let resp = self
+            .mutate(rpc, endpoints, |mut c| {
+                let urls = peer_urls.to_vec();
+                async move {
+                    c.member_add(urls, Some(MemberAddOptions::new().with_is_learner()))
+                        .await
+                }
+            })
+            .await?;
+        let Some(added) = resp.member() else {
+            return Err(RpcError::new(
+                rpc,
+                endpoints.first().map_or("", String::as_str),
+                ProbeErrorKind::Other,
+                "etcd accepted MemberAdd but returned no member",
+            ));
+        };
+        Ok(AddedMember {
+            id: added.id(),
+            members: members(resp.member_list()),
+        })
+    }
+
+    async fn member_promote(
+        &self,
+        endpoints: &[String],
+        id: u64,
+    ) -> Result<Vec<EtcdMember>, RpcError> {
+        let resp = self
+            .mutate(Rpc::MemberPromote, endpoints, |mut c| async move {
+                c.member_promote(id).await
+            })
+            .await?;
+        Ok(members(resp.members()))
+    }
+
+    async fn member_remove(
+        &self,
+        endpoints: &[String],
+        id: u64,
+    ) -> Result<Vec<EtcdMember>, RpcError> {
+        let resp = self
+            .mutate(Rpc::MemberRemove, endpoints, |mut c| async move {
+                c.member_remove(id).await
+            })
+            .await?;
+        Ok(members(resp.members()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alarms_are_attributed_to_their_member() {
+        let errors = vec![
+            "etcdserver: no leader".to_owned(),
+            "memberID:7 alarm:NOSPACE ".to_owned(),
+            "memberID:9 alarm:CORRUPT ".to_owned(),
+        ];
+        assert_eq!(alarms_for(7, &errors), vec![AlarmKind::Nospace]);
+        assert_eq!(alarms_for(9, &errors), vec![AlarmKind::Corrupt]);
+        assert_eq!(alarms_for(8, &errors), vec![]);
+    }
+}

@@ -1,0 +1,17 @@
+//! Talking to etcd: the [`EtcdApi`] trait (every RPC the operator makes),
+//! its etcd-client implementation, error classification, and a
+//! fault-injecting wrapper for tests.
+//!
+//! Errors leave this module as data ([`RpcError`] with a
+//! [`steward_policy_sdk::ProbeErrorKind`]) so that callers record them in
+//! an observation instead of returning early; see `crate::observe`.
+
+mod api;
+mod classify;
+mod client;
+mod faults;
+
+pub use api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo, kind_str};
+pub use classify::redact;
+pub use client::{ClientConfig, DEFAULT_DEADLINE, EtcdClient, alarms_for};
+pub use faults::{Failure, Fault, FaultyEtcd, Faults, SuccessHook, Times};
