@@ -27,9 +27,13 @@ pub mod condition {
     /// VersionDrifted=True / False.
     pub const REASON_VERSION_MISMATCH: &str = "VersionMismatch";
     pub const REASON_VERSION_MATCHES: &str = "VersionMatches";
+    /// VersionDrifted=Unknown: etcd did not report the member's version.
+    pub const REASON_VERSION_UNKNOWN: &str = "VersionUnknown";
 }
 
 /// Desired state of one etcd member. Written by the cluster controller.
+// Each printcolumn repeats `type_`; clippy reads that as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "etcd.steward.dev",
@@ -48,7 +52,11 @@ pub mod condition {
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(name = "ID", type_ = "string", json_path = ".status.memberID"),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("self.cluster == oldSelf.cluster").message("spec.cluster is immutable"),

@@ -33,9 +33,8 @@ pub fn crds_yaml() -> String {
         .iter()
         .map(|crd| serde_json::to_value(crd).expect("a CRD always serializes to JSON"))
         .collect();
-    let mut out = String::from(
-        "# Generated from host/src/api by `etcd-steward crd`. Do not edit by hand.\n",
-    );
+    let mut out =
+        String::from("# Generated from host/src/api by `etcd-steward crd`. Do not edit by hand.\n");
     for doc in &docs {
         out.push_str("---\n");
         out.push_str(

@@ -40,7 +40,9 @@ pub const MANAGER: &str = "etcd-steward";
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BuildError {
     /// Objects read from the API always have these; a hand-built one may not.
-    #[error("{kind} {name:?} has no {field}; only objects read from the API server can own resources")]
+    #[error(
+        "{kind} {name:?} has no {field}; only objects read from the API server can own resources"
+    )]
     MissingMetadata {
         kind: &'static str,
         name: String,
@@ -90,11 +92,17 @@ pub fn member_host(member: &str, cluster: &str, namespace: &str) -> String {
 }
 
 pub fn member_client_url(member: &str, cluster: &str, namespace: &str) -> String {
-    format!("http://{}:{CLIENT_PORT}", member_host(member, cluster, namespace))
+    format!(
+        "http://{}:{CLIENT_PORT}",
+        member_host(member, cluster, namespace)
+    )
 }
 
 pub fn member_peer_url(member: &str, cluster: &str, namespace: &str) -> String {
-    format!("http://{}:{PEER_PORT}", member_host(member, cluster, namespace))
+    format!(
+        "http://{}:{PEER_PORT}",
+        member_host(member, cluster, namespace)
+    )
 }
 
 /// `--initial-cluster` for a seed: just itself.

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaimVolumeSource,
-    Pod, PodSpec, Probe, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -236,7 +236,10 @@ mod tests {
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         let c = &spec.containers[0];
         assert_eq!(c.name, "etcd");
-        assert_eq!(c.image.as_deref(), Some("gcr.io/etcd-development/etcd:v3.5.1"));
+        assert_eq!(
+            c.image.as_deref(),
+            Some("gcr.io/etcd-development/etcd:v3.5.1")
+        );
         assert_eq!(c.command.as_deref(), Some(&["etcd".to_owned()][..]));
         assert_eq!(
             args(&pod),
@@ -259,7 +262,9 @@ mod tests {
     fn a_joining_member_uses_the_initial_cluster_etcd_gave_and_state_existing() {
         let cluster = fixtures::cluster(fixtures::spec());
         let mut joiner = fixtures::member("main-1", false);
-        joiner.spec.initial_cluster = "main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380".into();
+        joiner.spec.initial_cluster =
+            "main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380"
+                .into();
         let a = args(&member_pod(&cluster, &joiner, IMAGE).unwrap());
         assert!(a.contains(&"--initial-cluster-state=existing".to_owned()));
         assert!(a.contains(&"--initial-cluster=main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380".to_owned()));
@@ -294,7 +299,10 @@ mod tests {
         let pod = member_pod(&cluster, &member, IMAGE).unwrap();
         let spec = pod.spec.unwrap();
         let mount = &spec.containers[0].volume_mounts.as_ref().unwrap()[0];
-        assert_eq!((mount.name.as_str(), mount.mount_path.as_str()), ("data", DATA_DIR));
+        assert_eq!(
+            (mount.name.as_str(), mount.mount_path.as_str()),
+            ("data", DATA_DIR)
+        );
         let volume = &spec.volumes.as_ref().unwrap()[0];
         assert_eq!(volume.name, "data");
         assert_eq!(
@@ -325,7 +333,10 @@ mod tests {
         );
         assert_eq!(readiness.period_seconds, Some(5));
         let liveness = c.liveness_probe.as_ref().unwrap();
-        assert_eq!(liveness.http_get.as_ref().unwrap().port, IntOrString::Int(2381));
+        assert_eq!(
+            liveness.http_get.as_ref().unwrap().port,
+            IntOrString::Int(2381)
+        );
         // Generous: a slow disk or a long apply must not kill a member.
         let window = liveness.period_seconds.unwrap() * liveness.failure_threshold.unwrap();
         assert!(window >= 60, "liveness gives up after {window}s");
@@ -359,7 +370,13 @@ mod tests {
         assert_eq!(pod.metadata.annotations.as_ref().unwrap()["note"], "hello");
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(
-            spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"],
+            spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"],
             Quantity("100m".into())
         );
         assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
