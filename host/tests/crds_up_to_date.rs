@@ -137,3 +137,20 @@ fn helm_cluster_role_rules_match_the_plain_manifest() {
         "deploy/helm/etcd-steward/templates/clusterrole.yaml and deploy/rbac.yaml grant different rules"
     );
 }
+
+/// The examples users copy parse as EtcdClusters.
+#[test]
+fn examples_are_valid_etcdclusters() {
+    for file in [
+        "deploy/examples/etcdcluster.yaml",
+        "deploy/examples/etcdcluster-custom-policy.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        let cluster: etcd_steward::api::EtcdCluster =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(
+            cluster.spec.tls.is_none() && cluster.spec.auth.is_none(),
+            "{file}"
+        );
+    }
+}
