@@ -488,6 +488,13 @@ pub enum MemberRole {
     Learner,
 }
 
+impl EtcdClusterStatus {
+    /// The condition of the given type, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
 impl EtcdCluster {
     /// The replica count actually aimed at: the locked target when there is one.
     pub fn target_replicas(&self) -> i32 {

@@ -111,6 +111,13 @@ pub struct EtcdMemberStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl EtcdMemberStatus {
+    /// The condition of the given type, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
 impl EtcdMember {
     /// Whether the member's Pod should carry the voter role label: the seed
     /// is a voter from the start; a joining member once etcd promotes it.
