@@ -102,6 +102,12 @@ pub struct EtcdMemberStatus {
     pub is_voter: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_name: Option<String>,
+    /// Times the operator recreated this member's Pod after it terminated.
+    /// Pods run with `restartPolicy: Never`, so the kubelet's restart count
+    /// stays 0; this is the count crash-loop self-heal goes by.
+    #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
+    pub pod_restarts: u32,
     /// The version etcd itself reports for this member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,

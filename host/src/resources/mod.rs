@@ -12,7 +12,7 @@ mod pvc;
 mod service;
 
 pub use pdb::pod_disruption_budget;
-pub use pod::{DATA_DIR, member_pod};
+pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod};
 pub use pvc::{member_pvc, pvc_name};
 pub use service::{client_service, client_service_name, headless_service};
 

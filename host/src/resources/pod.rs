@@ -79,6 +79,24 @@ pub fn member_pod(
     })
 }
 
+/// The Pod has terminated for good (phase Succeeded or Failed): with
+/// `restartPolicy: Never` it will not run again, so the operator deletes it
+/// and creates it anew on the same PVC.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The Pod's Ready condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 fn etcd_container(cx: &MemberContext<'_>, etcd_image: &str) -> Container {
     Container {
         name: CONTAINER.to_owned(),
@@ -318,6 +336,30 @@ mod tests {
         let empty_dir = volume.empty_dir.as_ref().unwrap();
         assert_eq!(empty_dir.medium.as_deref(), Some("Memory"));
         assert_eq!(empty_dir.size_limit, Some(Quantity("512Mi".into())));
+    }
+
+    #[test]
+    fn terminal_and_ready_pods_are_told_apart() {
+        use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+        let with = |phase: &str, ready: &str| Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(is_terminal(&with("Succeeded", "False")));
+        assert!(is_terminal(&with("Failed", "False")));
+        assert!(!is_terminal(&with("Running", "True")));
+        assert!(!is_terminal(&Pod::default()));
+        assert!(is_ready(&with("Running", "True")));
+        assert!(!is_ready(&with("Running", "False")));
+        assert!(!is_ready(&Pod::default()));
     }
 
     #[test]
