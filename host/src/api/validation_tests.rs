@@ -323,3 +323,84 @@ fn an_etcdmember_keeps_its_cluster_and_seed_flag() {
         ["spec.bootstrap is immutable"]
     );
 }
+
+/// The structural-schema rules the apiserver enforces on a CRD (a
+/// non-structural CRD is refused outright), as far as schemars output can
+/// break them: no references, a type on every node unless int-or-string or
+/// preserve-unknown-fields, no `properties` next to `additionalProperties`,
+/// no logical junctors carrying types.
+fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
+    let Some(node) = schema.as_object() else {
+        out.push(format!("{path}: not an object"));
+        return;
+    };
+    for banned in ["$ref", "$defs", "definitions", "$schema"] {
+        if node.contains_key(banned) {
+            out.push(format!("{path}: has {banned}"));
+        }
+    }
+    let escape = node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !node.contains_key("type") && !escape {
+        out.push(format!("{path}: no type"));
+    }
+    if node.contains_key("properties") && node.contains_key("additionalProperties") {
+        out.push(format!("{path}: properties and additionalProperties"));
+    }
+    for junctor in ["anyOf", "oneOf", "allOf", "not"] {
+        if let Some(j) = node.get(junctor) {
+            let text = j.to_string();
+            if text.contains("\"type\"") || text.contains("\"default\"") {
+                out.push(format!("{path}: {junctor} with types or defaults"));
+            }
+        }
+    }
+    if let Some(Value::Object(props)) = node.get("properties") {
+        for (k, v) in props {
+            structural_violations(v, &format!("{path}.{k}"), out);
+        }
+    }
+    if let Some(items) = node.get("items") {
+        structural_violations(items, &format!("{path}[]"), out);
+    }
+    if let Some(additional @ Value::Object(_)) = node.get("additionalProperties") {
+        structural_violations(additional, &format!("{path}{{}}"), out);
+    }
+}
+
+#[test]
+fn the_crds_are_structural() {
+    for crd in crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        let crd = serde_json::to_value(crd).unwrap();
+        let mut violations = Vec::new();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            structural_violations(&version["schema"]["openAPIV3Schema"], "", &mut violations);
+        }
+        assert!(violations.is_empty(), "{name}: {violations:#?}");
+    }
+}
+
+#[test]
+fn the_structural_check_catches_what_it_claims_to() {
+    let mut violations = Vec::new();
+    structural_violations(
+        &json!({"type": "object", "properties": {
+            "a": {"$ref": "#/definitions/A"},
+            "b": {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}},
+            "c": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        }}),
+        "",
+        &mut violations,
+    );
+    assert_eq!(
+        violations,
+        [
+            ".a: has $ref",
+            ".a: no type",
+            ".b: properties and additionalProperties",
+            ".c: no type",
+            ".c: anyOf with types or defaults",
+        ]
+    );
+}
