@@ -344,6 +344,11 @@ fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
     if !node.contains_key("type") && !escape {
         out.push(format!("{path}: no type"));
     }
+    if let Some(Value::Array(values)) = node.get("enum")
+        && values.iter().any(Value::is_null)
+    {
+        out.push(format!("{path}: null in enum"));
+    }
     if node.contains_key("properties") && node.contains_key("additionalProperties") {
         out.push(format!("{path}: properties and additionalProperties"));
     }
