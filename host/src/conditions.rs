@@ -36,7 +36,14 @@ pub const STALLED: &str = "Stalled";
 pub const HOST_OWNED: [&str; 3] = [READY, RECONCILING, STALLED];
 
 /// Every status carries at least these, Unknown if need be.
-const ALWAYS: [&str; 6] = [AVAILABLE, READY, DEGRADED, PROGRESSING, RECONCILING, STALLED];
+const ALWAYS: [&str; 6] = [
+    AVAILABLE,
+    READY,
+    DEGRADED,
+    PROGRESSING,
+    RECONCILING,
+    STALLED,
+];
 
 /// The longest message the apiserver accepts on a metav1.Condition.
 const MAX_MESSAGE_BYTES: usize = 32768;
@@ -153,10 +160,7 @@ pub fn desired(
     by_type.insert(RECONCILING.to_owned(), reconciling(phase, stall));
     by_type.insert(STALLED.to_owned(), stalled(stall));
 
-    let mut out: Vec<Condition> = ALWAYS
-        .iter()
-        .filter_map(|t| by_type.remove(*t))
-        .collect();
+    let mut out: Vec<Condition> = ALWAYS.iter().filter_map(|t| by_type.remove(*t)).collect();
     out.extend(by_type.into_values());
     out
 }
@@ -380,6 +384,89 @@ pub fn transitions(before: &[MetaCondition], after: &[MetaCondition]) -> Vec<Tra
         .collect()
 }
 
+/// What an EtcdMember's conditions are derived from.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MemberFacts {
+    /// The member is dormant (cluster paused): no Pod on purpose.
+    pub dormant: bool,
+    /// The member's Pod exists and is Ready.
+    pub pod_ready: bool,
+    /// Whether etcd's member list (when one was obtained this round)
+    /// contains the member. None: no list this round.
+    pub listed: Option<bool>,
+    /// The member ID etcd reported, now or earlier.
+    pub member_id: Option<u64>,
+    /// The version the member's spec asks for.
+    pub spec_version: String,
+    /// The version etcd reports the member running, if it answered.
+    pub running_version: Option<String>,
+}
+
+/// Ready and VersionDrifted for one EtcdMember. Ready needs both a Ready
+/// Pod and etcd's confirmation that it is a member (an ID from etcd, and no
+/// member list that lacks it): a Pod passing its probe proves a process,
+/// not a member.
+pub fn member_conditions(facts: &MemberFacts) -> Vec<Condition> {
+    use crate::api::member_condition as mc;
+    let ready = if facts.dormant {
+        Condition::new(
+            mc::READY,
+            ConditionStatus::False,
+            mc::REASON_PAUSED,
+            "the cluster is paused; the member has no Pod",
+        )
+    } else if !facts.pod_ready {
+        Condition::new(
+            mc::READY,
+            ConditionStatus::False,
+            mc::REASON_POD_NOT_READY,
+            "the member's Pod is missing or not Ready",
+        )
+    } else if facts.listed == Some(false) {
+        Condition::new(
+            mc::READY,
+            ConditionStatus::False,
+            mc::REASON_NOT_A_MEMBER,
+            "etcd's member list does not contain this member",
+        )
+    } else if let Some(id) = facts.member_id {
+        Condition::new(
+            mc::READY,
+            ConditionStatus::True,
+            mc::REASON_POD_READY,
+            format!("Pod Ready, etcd member {id:x}"),
+        )
+    } else {
+        Condition::new(
+            mc::READY,
+            ConditionStatus::False,
+            mc::REASON_DISCOVERING_MEMBER_ID,
+            "the Pod is Ready; waiting for etcd to report the member ID",
+        )
+    };
+    let drift = match &facts.running_version {
+        Some(v) if *v != facts.spec_version => Condition::new(
+            mc::VERSION_DRIFTED,
+            ConditionStatus::True,
+            mc::REASON_VERSION_MISMATCH,
+            format!("etcd runs {v}, the spec says {}", facts.spec_version),
+        ),
+        Some(v) => Condition::new(
+            mc::VERSION_DRIFTED,
+            ConditionStatus::False,
+            mc::REASON_VERSION_MATCHES,
+            format!("etcd runs {v}"),
+        ),
+        None => Condition::new(
+            mc::VERSION_DRIFTED,
+            ConditionStatus::Unknown,
+            mc::REASON_VERSION_UNKNOWN,
+            "etcd did not report the member's version",
+        ),
+    };
+    vec![ready, drift]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,7 +518,14 @@ mod tests {
         let after = reconcile(&[], &[], HostPhase::Bootstrapping, None, 1, t(0));
         assert_eq!(
             types(&after),
-            [AVAILABLE, READY, DEGRADED, PROGRESSING, RECONCILING, STALLED]
+            [
+                AVAILABLE,
+                READY,
+                DEGRADED,
+                PROGRESSING,
+                RECONCILING,
+                STALLED
+            ]
         );
         for type_ in [AVAILABLE, READY, DEGRADED] {
             let c = get(&after, type_);
@@ -455,14 +549,28 @@ mod tests {
         assert_eq!(get(&healthy, READY).status, "True");
         assert_eq!(get(&healthy, READY).reason, "QuorumHealthy");
 
-        let outage = reconcile(&healthy, &policy_outage(), HostPhase::Steady, None, 2, t(10));
+        let outage = reconcile(
+            &healthy,
+            &policy_outage(),
+            HostPhase::Steady,
+            None,
+            2,
+            t(10),
+        );
         let ready = get(&outage, READY);
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason, "QuorumLost");
         assert_eq!(ready.message, "0 of 3 members answered");
         assert_eq!(ready.last_transition_time, Time(t(10)));
 
-        let back = reconcile(&outage, &policy_healthy(), HostPhase::Steady, None, 2, t(20));
+        let back = reconcile(
+            &outage,
+            &policy_healthy(),
+            HostPhase::Steady,
+            None,
+            2,
+            t(20),
+        );
         assert_eq!(get(&back, READY).status, "True");
         assert_eq!(get(&back, AVAILABLE).last_transition_time, Time(t(20)));
     }
@@ -471,7 +579,12 @@ mod tests {
     fn unchanged_status_keeps_its_transition_time_even_when_reason_and_message_change() {
         let first = reconcile(&[], &policy_outage(), HostPhase::Steady, None, 3, t(0));
         let unreachable = vec![
-            Condition::new(AVAILABLE, False, "ClusterUnreachable", "no endpoint answered"),
+            Condition::new(
+                AVAILABLE,
+                False,
+                "ClusterUnreachable",
+                "no endpoint answered",
+            ),
             Condition::new(DEGRADED, True, "MembersUnhealthy", "3 members unreachable"),
         ];
         let second = reconcile(&first, &unreachable, HostPhase::Steady, None, 4, t(30));
@@ -503,16 +616,26 @@ mod tests {
         ] {
             let after = reconcile(&[], &policy_healthy(), phase, None, 1, t(0));
             let c = get(&after, RECONCILING);
-            assert_eq!((c.status.as_str(), c.reason.as_str()), (status, reason), "{phase:?}");
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                (status, reason),
+                "{phase:?}"
+            );
         }
     }
 
     #[test]
     fn progress_deadline_exceeded_mid_scale_up_reads_as_failed_to_kstatus() {
-        let stall = Stall::ProgressDeadlineExceeded(
-            "scale-up to 5 did not finish within 600s".to_owned(),
+        let stall =
+            Stall::ProgressDeadlineExceeded("scale-up to 5 did not finish within 600s".to_owned());
+        let after = reconcile(
+            &[],
+            &policy_healthy(),
+            HostPhase::ScalingUp,
+            Some(&stall),
+            7,
+            t(0),
         );
-        let after = reconcile(&[], &policy_healthy(), HostPhase::ScalingUp, Some(&stall), 7, t(0));
         let stalled = get(&after, STALLED);
         assert_eq!(stalled.status, "True");
         assert_eq!(stalled.reason, "ProgressDeadlineExceeded");
@@ -529,9 +652,8 @@ mod tests {
 
     #[test]
     fn an_unloadable_policy_stalls_the_cluster_and_availability_is_unknown() {
-        let stall = Stall::PolicyUnloadable(
-            "ConfigMap policies/strict has no policy.wasm key".to_owned(),
-        );
+        let stall =
+            Stall::PolicyUnloadable("ConfigMap policies/strict has no policy.wasm key".to_owned());
         // What the host puts in place of a verdict when there is no policy to run.
         let fallback = vec![Condition::new(
             AVAILABLE,
@@ -554,7 +676,14 @@ mod tests {
         assert_eq!(kstatus(&healthy, 1), "Current");
         let outage = reconcile(&healthy, &policy_outage(), HostPhase::Steady, None, 1, t(5));
         assert_eq!(kstatus(&outage, 1), "InProgress");
-        let scaling = reconcile(&healthy, &policy_healthy(), HostPhase::ScalingUp, None, 2, t(5));
+        let scaling = reconcile(
+            &healthy,
+            &policy_healthy(),
+            HostPhase::ScalingUp,
+            None,
+            2,
+            t(5),
+        );
         assert_eq!(kstatus(&scaling, 2), "InProgress");
     }
 
@@ -574,7 +703,12 @@ mod tests {
         let policy = vec![
             Condition::new(AVAILABLE, True, "QuorumHealthy", ""),
             Condition::new(AVAILABLE, False, "Second", ""),
-            Condition::new("SpaceLow", True, "QuotaNearlyFull", "db is 91% of the quota"),
+            Condition::new(
+                "SpaceLow",
+                True,
+                "QuotaNearlyFull",
+                "db is 91% of the quota",
+            ),
             Condition::new("Defragmented", False, "NeverRun", ""),
         ];
         let after = reconcile(&[], &policy, HostPhase::Steady, None, 1, t(0));
@@ -606,7 +740,12 @@ mod tests {
     #[test]
     fn the_policy_progressing_wins_over_the_host_phase_unless_the_deadline_passed() {
         let mut policy = policy_healthy();
-        policy.push(Condition::new(PROGRESSING, True, "SpecChanged", "version 3.5.1 -> 3.5.2"));
+        policy.push(Condition::new(
+            PROGRESSING,
+            True,
+            "SpecChanged",
+            "version 3.5.1 -> 3.5.2",
+        ));
         let d = desired(&policy, &[], HostPhase::Steady, None);
         let p = d.iter().find(|c| c.type_ == PROGRESSING).unwrap();
         assert_eq!((p.status, p.reason.as_str()), (True, "SpecChanged"));
@@ -690,13 +829,104 @@ mod tests {
         assert_eq!(available.since, t(0).as_millisecond());
     }
 
+    fn member_ready(facts: &MemberFacts) -> (ConditionStatus, String) {
+        let c = &member_conditions(facts)[0];
+        assert_eq!(c.type_, "Ready");
+        (c.status, c.reason.clone())
+    }
+
+    #[test]
+    fn a_member_is_ready_only_with_a_ready_pod_and_etcds_confirmation() {
+        let confirmed = MemberFacts {
+            pod_ready: true,
+            listed: Some(true),
+            member_id: Some(0x8e9e05c52164694d),
+            spec_version: "3.5.1".into(),
+            running_version: Some("3.5.1".into()),
+            ..Default::default()
+        };
+        assert_eq!(member_ready(&confirmed), (True, "PodReady".into()));
+        assert_eq!(
+            member_conditions(&confirmed)[0].message,
+            "Pod Ready, etcd member 8e9e05c52164694d"
+        );
+        // etcd unreachable this round: the ID learned earlier still confirms it.
+        let unlisted = MemberFacts {
+            listed: None,
+            ..confirmed.clone()
+        };
+        assert_eq!(member_ready(&unlisted).0, True);
+
+        let cases = [
+            (
+                MemberFacts {
+                    pod_ready: false,
+                    ..confirmed.clone()
+                },
+                "PodNotReady",
+            ),
+            (
+                MemberFacts {
+                    member_id: None,
+                    ..confirmed.clone()
+                },
+                "DiscoveringMemberID",
+            ),
+            (
+                MemberFacts {
+                    listed: Some(false),
+                    ..confirmed.clone()
+                },
+                "NotAMember",
+            ),
+            (
+                MemberFacts {
+                    dormant: true,
+                    pod_ready: false,
+                    ..confirmed.clone()
+                },
+                "Paused",
+            ),
+        ];
+        for (facts, reason) in cases {
+            assert_eq!(
+                member_ready(&facts),
+                (False, reason.to_owned()),
+                "{facts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn version_drift_compares_what_etcd_runs_with_the_member_spec() {
+        let facts = |running: Option<&str>| MemberFacts {
+            spec_version: "3.5.1".into(),
+            running_version: running.map(str::to_owned),
+            ..Default::default()
+        };
+        let drift = |f: MemberFacts| {
+            let c = member_conditions(&f).remove(1);
+            (c.type_, c.status, c.reason)
+        };
+        assert_eq!(
+            drift(facts(Some("3.5.1"))),
+            ("VersionDrifted".into(), False, "VersionMatches".into())
+        );
+        assert_eq!(
+            drift(facts(Some("3.5.2"))),
+            ("VersionDrifted".into(), True, "VersionMismatch".into())
+        );
+        assert_eq!(
+            drift(facts(None)),
+            ("VersionDrifted".into(), Unknown, "VersionUnknown".into())
+        );
+    }
+
     /// The kstatus rules from sigs.k8s.io/cli-utils, for conditions only
     /// (no deletion), as Flux `wait` applies them.
     fn kstatus(conds: &[MetaCondition], generation: i64) -> &'static str {
         let is = |type_: &str, status: &str| {
-            conds
-                .iter()
-                .any(|c| c.type_ == type_ && c.status == status)
+            conds.iter().any(|c| c.type_ == type_ && c.status == status)
         };
         if conds
             .iter()

@@ -56,3 +56,101 @@ fn crds_directory_matches_the_types() {
 fn helm_chart_crds_match_the_types() {
     assert_committed("deploy/helm/etcd-steward/crds/etcd-steward.yaml");
 }
+
+/// The plain manifests under deploy/ parse as the kinds they claim, and the
+/// RBAC grants name resources that exist (a typo in a plural would only
+/// show up as a 403 in a real cluster).
+#[test]
+fn deploy_manifests_are_well_formed_and_rbac_names_real_resources() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::api::{
+        apps::v1::Deployment,
+        core::v1::{Namespace, ServiceAccount},
+    };
+
+    let mut cluster_role = None;
+    for file in [
+        "deploy/namespace.yaml",
+        "deploy/rbac.yaml",
+        "deploy/deployment.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            let parsed = match kind.as_str() {
+                "Namespace" => serde_json::from_value::<Namespace>(doc).map(drop),
+                "ServiceAccount" => serde_json::from_value::<ServiceAccount>(doc).map(drop),
+                "ClusterRole" => {
+                    serde_json::from_value::<ClusterRole>(doc).map(|r| cluster_role = Some(r))
+                }
+                "ClusterRoleBinding" => serde_json::from_value::<ClusterRoleBinding>(doc).map(drop),
+                "Role" => serde_json::from_value::<Role>(doc).map(drop),
+                "RoleBinding" => serde_json::from_value::<RoleBinding>(doc).map(drop),
+                "Deployment" => serde_json::from_value::<Deployment>(doc).map(drop),
+                other => panic!("{file}: unexpected kind {other:?}"),
+            };
+            parsed.unwrap_or_else(|e| panic!("{file}: {kind}: {e}"));
+        }
+    }
+
+    let plurals: Vec<String> = etcd_steward::api::crds()
+        .into_iter()
+        .map(|crd| crd.spec.names.plural)
+        .collect();
+    let rules = cluster_role
+        .expect("deploy/rbac.yaml has a ClusterRole")
+        .rules
+        .unwrap();
+    for rule in rules {
+        if rule.api_groups.as_deref() != Some(&[etcd_steward::api::GROUP.to_owned()][..]) {
+            continue;
+        }
+        for resource in rule.resources.unwrap() {
+            let base = resource.split('/').next().unwrap();
+            assert!(
+                plurals.iter().any(|p| p == base),
+                "RBAC names unknown resource {resource:?}"
+            );
+        }
+    }
+}
+
+/// The Helm chart grants exactly what deploy/rbac.yaml grants.
+#[test]
+fn helm_cluster_role_rules_match_the_plain_manifest() {
+    fn rules_block(text: &str, after: &str) -> String {
+        let start = text.find(after).expect("the ClusterRole is there");
+        let rules = &text[start..];
+        let rules = &rules[rules.find("rules:").expect("it has rules")..];
+        rules.split("\n---").next().unwrap().trim_end().to_owned()
+    }
+    let plain = std::fs::read_to_string(repo_root().join("deploy/rbac.yaml")).unwrap();
+    let chart = std::fs::read_to_string(
+        repo_root().join("deploy/helm/etcd-steward/templates/clusterrole.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        rules_block(&chart, "kind: ClusterRole\n"),
+        rules_block(&plain, "kind: ClusterRole\n"),
+        "deploy/helm/etcd-steward/templates/clusterrole.yaml and deploy/rbac.yaml grant different rules"
+    );
+}
+
+/// The examples users copy parse as EtcdClusters.
+#[test]
+fn examples_are_valid_etcdclusters() {
+    for file in [
+        "deploy/examples/etcdcluster.yaml",
+        "deploy/examples/etcdcluster-custom-policy.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        let cluster: etcd_steward::api::EtcdCluster =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(
+            cluster.spec.tls.is_none() && cluster.spec.auth.is_none(),
+            "{file}"
+        );
+    }
+}

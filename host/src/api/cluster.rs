@@ -28,6 +28,8 @@ pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
 pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
 
 /// Desired state of an etcd cluster.
+// Each printcolumn repeats `type_`; clippy reads that as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "etcd.steward.dev",
@@ -58,7 +60,11 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
         json_path = ".status.lastVerifiedTime",
         description = "When etcd last confirmed the cluster healthy"
     ),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("!has(self.tls)").message(
@@ -480,6 +486,13 @@ pub struct MemberSummary {
 pub enum MemberRole {
     Voter,
     Learner,
+}
+
+impl EtcdClusterStatus {
+    /// The condition of the given type, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
 }
 
 impl EtcdCluster {

@@ -27,9 +27,13 @@ pub mod condition {
     /// VersionDrifted=True / False.
     pub const REASON_VERSION_MISMATCH: &str = "VersionMismatch";
     pub const REASON_VERSION_MATCHES: &str = "VersionMatches";
+    /// VersionDrifted=Unknown: etcd did not report the member's version.
+    pub const REASON_VERSION_UNKNOWN: &str = "VersionUnknown";
 }
 
 /// Desired state of one etcd member. Written by the cluster controller.
+// Each printcolumn repeats `type_`; clippy reads that as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "etcd.steward.dev",
@@ -48,7 +52,11 @@ pub mod condition {
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(name = "ID", type_ = "string", json_path = ".status.memberID"),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("self.cluster == oldSelf.cluster").message("spec.cluster is immutable"),
@@ -94,6 +102,12 @@ pub struct EtcdMemberStatus {
     pub is_voter: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_name: Option<String>,
+    /// Times the operator recreated this member's Pod after it terminated.
+    /// Pods run with `restartPolicy: Never`, so the kubelet's restart count
+    /// stays 0; this is the count crash-loop self-heal goes by.
+    #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
+    pub pod_restarts: u32,
     /// The version etcd itself reports for this member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -101,6 +115,13 @@ pub struct EtcdMemberStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+impl EtcdMemberStatus {
+    /// The condition of the given type, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
 }
 
 impl EtcdMember {

@@ -22,7 +22,31 @@ pub const CRDS_PATH: &str = "crds/etcd-steward.yaml";
 
 /// The CRDs of every kind this operator serves.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![EtcdCluster::crd(), EtcdMember::crd()]
+    [EtcdCluster::crd(), EtcdMember::crd()]
+        .into_iter()
+        .map(without_null_enum_values)
+        .collect()
+}
+
+/// schemars writes an `Option<Enum>` as `enum: [.., null]` plus
+/// `nullable: true`; `nullable` alone already admits null, and this keeps
+/// the schema in the form controller-gen emits and every tool expects.
+fn without_null_enum_values(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Array(values)) = map.get_mut("enum") {
+                    values.retain(|e| !e.is_null());
+                }
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD always serializes to JSON");
+    strip(&mut value);
+    serde_json::from_value(value).expect("removing enum entries keeps a valid CRD")
 }
 
 /// The CRDs as one multi-document YAML text, the form committed in
@@ -33,9 +57,8 @@ pub fn crds_yaml() -> String {
         .iter()
         .map(|crd| serde_json::to_value(crd).expect("a CRD always serializes to JSON"))
         .collect();
-    let mut out = String::from(
-        "# Generated from host/src/api by `etcd-steward crd`. Do not edit by hand.\n",
-    );
+    let mut out =
+        String::from("# Generated from host/src/api by `etcd-steward crd`. Do not edit by hand.\n");
     for doc in &docs {
         out.push_str("---\n");
         out.push_str(

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use cel_interpreter::extractors::This;
-use cel_interpreter::{Context, ExecutionError, FunctionContext, Program, ResolveResult, Value as Cel};
+use cel_interpreter::{
+    Context, ExecutionError, FunctionContext, Program, ResolveResult, Value as Cel,
+};
 use serde_json::{Value, json};
 
 use super::*;
@@ -60,7 +62,9 @@ fn to_cel(v: &Value) -> Cel {
     match v {
         Value::Null => Cel::Null,
         Value::Bool(b) => Cel::Bool(*b),
-        Value::Number(n) => n.as_i64().map_or_else(|| Cel::Float(n.as_f64().unwrap()), Cel::Int),
+        Value::Number(n) => n
+            .as_i64()
+            .map_or_else(|| Cel::Float(n.as_f64().unwrap()), Cel::Int),
         Value::String(s) => Cel::String(Arc::new(s.clone())),
         Value::Array(a) => Cel::List(Arc::new(a.iter().map(to_cel).collect())),
         Value::Object(m) => Cel::from(
@@ -186,21 +190,38 @@ fn a_minimal_cluster_is_accepted() {
 
 #[test]
 fn unimplemented_fields_are_rejected_with_a_message_that_says_so() {
-    let tls = create(json!({"version": "3.5.1", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}));
-    assert_eq!(tls, ["spec.tls is not implemented yet (planned: client and peer TLS); remove it"]);
+    let tls = create(
+        json!({"version": "3.5.1", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}),
+    );
+    assert_eq!(
+        tls,
+        ["spec.tls is not implemented yet (planned: client and peer TLS); remove it"]
+    );
 
-    let auth = create(json!({"version": "3.5.1", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}));
+    let auth = create(
+        json!({"version": "3.5.1", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
+    );
     assert_eq!(auth.len(), 1);
-    assert!(auth[0].starts_with("spec.auth is not implemented yet"), "{auth:?}");
+    assert!(
+        auth[0].starts_with("spec.auth is not implemented yet"),
+        "{auth:?}"
+    );
 
-    let restore = create(json!({"version": "3.5.1", "bootstrap": {"restore": {"source": {"s3": {"bucket": "b", "key": "snap.db"}}}}}));
+    let restore = create(
+        json!({"version": "3.5.1", "bootstrap": {"restore": {"source": {"s3": {"bucket": "b", "key": "snap.db"}}}}}),
+    );
     assert_eq!(restore.len(), 1);
-    assert!(restore[0].starts_with("spec.bootstrap.restore is not implemented yet"), "{restore:?}");
+    assert!(
+        restore[0].starts_with("spec.bootstrap.restore is not implemented yet"),
+        "{restore:?}"
+    );
 }
 
 #[test]
 fn pausing_a_memory_cluster_is_rejected_but_pausing_a_pvc_cluster_is_not() {
-    let memory_paused = create(json!({"version": "3.5.1", "replicas": 0, "storage": {"medium": "Memory", "size": "1Gi"}}));
+    let memory_paused = create(
+        json!({"version": "3.5.1", "replicas": 0, "storage": {"medium": "Memory", "size": "1Gi"}}),
+    );
     assert_eq!(memory_paused.len(), 1);
     assert!(memory_paused[0].contains("spec.replicas=0 with spec.storage.medium=Memory"));
     assert!(create(json!({"version": "3.5.1", "replicas": 0})).is_empty());
@@ -215,7 +236,10 @@ fn a_memory_cluster_needs_a_size() {
     let zero = create(json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "0"}}));
     assert_eq!(zero.len(), 1);
     assert!(zero[0].starts_with("spec.storage.size must be greater than 0"));
-    assert!(create(json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "256Mi"}})).is_empty());
+    assert!(
+        create(json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "256Mi"}}))
+            .is_empty()
+    );
 }
 
 #[test]
@@ -237,7 +261,10 @@ fn the_storage_medium_and_class_are_immutable() {
     ] {
         let broken = update(old.clone(), new.clone());
         assert_eq!(broken.len(), 1, "{old} -> {new}: {broken:?}");
-        assert!(broken[0].starts_with("spec.storage.storageClassName cannot be added, removed or changed"));
+        assert!(
+            broken[0]
+                .starts_with("spec.storage.storageClassName cannot be added, removed or changed")
+        );
     }
     assert!(update(fast.clone(), fast).is_empty());
 }
@@ -246,7 +273,10 @@ fn the_storage_medium_and_class_are_immutable() {
 fn the_storage_size_may_grow_but_never_shrink() {
     let sized = |size: &str| json!({"version": "3.5.1", "storage": {"size": size}});
     assert!(update(sized("1Gi"), sized("2Gi")).is_empty());
-    assert!(update(sized("1Gi"), sized("1024Mi")).is_empty(), "equal quantities");
+    assert!(
+        update(sized("1Gi"), sized("1024Mi")).is_empty(),
+        "equal quantities"
+    );
     assert_eq!(
         update(sized("2Gi"), sized("1Gi")),
         ["spec.storage.size cannot shrink (a PVC cannot shrink)"]
@@ -291,5 +321,91 @@ fn an_etcdmember_keeps_its_cluster_and_seed_flag() {
     assert_eq!(
         broken_rules(&crd, &member("main", false, false), Some(&seed), false),
         ["spec.bootstrap is immutable"]
+    );
+}
+
+/// The structural-schema rules the apiserver enforces on a CRD (a
+/// non-structural CRD is refused outright), as far as schemars output can
+/// break them: no references, a type on every node unless int-or-string or
+/// preserve-unknown-fields, no `properties` next to `additionalProperties`,
+/// no logical junctors carrying types.
+fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
+    let Some(node) = schema.as_object() else {
+        out.push(format!("{path}: not an object"));
+        return;
+    };
+    for banned in ["$ref", "$defs", "definitions", "$schema"] {
+        if node.contains_key(banned) {
+            out.push(format!("{path}: has {banned}"));
+        }
+    }
+    let escape = node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !node.contains_key("type") && !escape {
+        out.push(format!("{path}: no type"));
+    }
+    if let Some(Value::Array(values)) = node.get("enum")
+        && values.iter().any(Value::is_null)
+    {
+        out.push(format!("{path}: null in enum"));
+    }
+    if node.contains_key("properties") && node.contains_key("additionalProperties") {
+        out.push(format!("{path}: properties and additionalProperties"));
+    }
+    for junctor in ["anyOf", "oneOf", "allOf", "not"] {
+        if let Some(j) = node.get(junctor) {
+            let text = j.to_string();
+            if text.contains("\"type\"") || text.contains("\"default\"") {
+                out.push(format!("{path}: {junctor} with types or defaults"));
+            }
+        }
+    }
+    if let Some(Value::Object(props)) = node.get("properties") {
+        for (k, v) in props {
+            structural_violations(v, &format!("{path}.{k}"), out);
+        }
+    }
+    if let Some(items) = node.get("items") {
+        structural_violations(items, &format!("{path}[]"), out);
+    }
+    if let Some(additional @ Value::Object(_)) = node.get("additionalProperties") {
+        structural_violations(additional, &format!("{path}{{}}"), out);
+    }
+}
+
+#[test]
+fn the_crds_are_structural() {
+    for crd in crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        let crd = serde_json::to_value(crd).unwrap();
+        let mut violations = Vec::new();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            structural_violations(&version["schema"]["openAPIV3Schema"], "", &mut violations);
+        }
+        assert!(violations.is_empty(), "{name}: {violations:#?}");
+    }
+}
+
+#[test]
+fn the_structural_check_catches_what_it_claims_to() {
+    let mut violations = Vec::new();
+    structural_violations(
+        &json!({"type": "object", "properties": {
+            "a": {"$ref": "#/definitions/A"},
+            "b": {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}},
+            "c": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        }}),
+        "",
+        &mut violations,
+    );
+    assert_eq!(
+        violations,
+        [
+            ".a: has $ref",
+            ".a: no type",
+            ".b: properties and additionalProperties",
+            ".c: no type",
+            ".c: anyOf with types or defaults",
+        ]
     );
 }

@@ -83,7 +83,13 @@ mod tests {
             selector.iter().all(|(k, v)| labels.get(k) == Some(v))
         };
         assert!(matches(member_labels("main", "main-0", true)));
-        assert!(!matches(member_labels("main", "main-3", false)), "a learner");
-        assert!(!matches(member_labels("other", "other-0", true)), "another cluster");
+        assert!(
+            !matches(member_labels("main", "main-3", false)),
+            "a learner"
+        );
+        assert!(
+            !matches(member_labels("other", "other-0", true)),
+            "another cluster"
+        );
     }
 }

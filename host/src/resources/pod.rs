@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaimVolumeSource,
-    Pod, PodSpec, Probe, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -77,6 +77,24 @@ pub fn member_pod(
         }),
         status: None,
     })
+}
+
+/// The Pod has terminated for good (phase Succeeded or Failed): with
+/// `restartPolicy: Never` it will not run again, so the operator deletes it
+/// and creates it anew on the same PVC.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The Pod's Ready condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn etcd_container(cx: &MemberContext<'_>, etcd_image: &str) -> Container {
@@ -236,7 +254,10 @@ mod tests {
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         let c = &spec.containers[0];
         assert_eq!(c.name, "etcd");
-        assert_eq!(c.image.as_deref(), Some("gcr.io/etcd-development/etcd:v3.5.1"));
+        assert_eq!(
+            c.image.as_deref(),
+            Some("gcr.io/etcd-development/etcd:v3.5.1")
+        );
         assert_eq!(c.command.as_deref(), Some(&["etcd".to_owned()][..]));
         assert_eq!(
             args(&pod),
@@ -259,7 +280,9 @@ mod tests {
     fn a_joining_member_uses_the_initial_cluster_etcd_gave_and_state_existing() {
         let cluster = fixtures::cluster(fixtures::spec());
         let mut joiner = fixtures::member("main-1", false);
-        joiner.spec.initial_cluster = "main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380".into();
+        joiner.spec.initial_cluster =
+            "main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380"
+                .into();
         let a = args(&member_pod(&cluster, &joiner, IMAGE).unwrap());
         assert!(a.contains(&"--initial-cluster-state=existing".to_owned()));
         assert!(a.contains(&"--initial-cluster=main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380".to_owned()));
@@ -294,7 +317,10 @@ mod tests {
         let pod = member_pod(&cluster, &member, IMAGE).unwrap();
         let spec = pod.spec.unwrap();
         let mount = &spec.containers[0].volume_mounts.as_ref().unwrap()[0];
-        assert_eq!((mount.name.as_str(), mount.mount_path.as_str()), ("data", DATA_DIR));
+        assert_eq!(
+            (mount.name.as_str(), mount.mount_path.as_str()),
+            ("data", DATA_DIR)
+        );
         let volume = &spec.volumes.as_ref().unwrap()[0];
         assert_eq!(volume.name, "data");
         assert_eq!(
@@ -313,6 +339,30 @@ mod tests {
     }
 
     #[test]
+    fn terminal_and_ready_pods_are_told_apart() {
+        use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+        let with = |phase: &str, ready: &str| Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(is_terminal(&with("Succeeded", "False")));
+        assert!(is_terminal(&with("Failed", "False")));
+        assert!(!is_terminal(&with("Running", "True")));
+        assert!(!is_terminal(&Pod::default()));
+        assert!(is_ready(&with("Running", "True")));
+        assert!(!is_ready(&with("Running", "False")));
+        assert!(!is_ready(&Pod::default()));
+    }
+
+    #[test]
     fn probes_hit_the_metrics_listener() {
         let cluster = fixtures::cluster(fixtures::spec());
         let pod = member_pod(&cluster, &fixtures::member("main-0", true), IMAGE).unwrap();
@@ -325,7 +375,10 @@ mod tests {
         );
         assert_eq!(readiness.period_seconds, Some(5));
         let liveness = c.liveness_probe.as_ref().unwrap();
-        assert_eq!(liveness.http_get.as_ref().unwrap().port, IntOrString::Int(2381));
+        assert_eq!(
+            liveness.http_get.as_ref().unwrap().port,
+            IntOrString::Int(2381)
+        );
         // Generous: a slow disk or a long apply must not kill a member.
         let window = liveness.period_seconds.unwrap() * liveness.failure_threshold.unwrap();
         assert!(window >= 60, "liveness gives up after {window}s");
@@ -359,7 +412,13 @@ mod tests {
         assert_eq!(pod.metadata.annotations.as_ref().unwrap()["note"], "hello");
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(
-            spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"],
+            spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"],
             Quantity("100m".into())
         );
         assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_some());

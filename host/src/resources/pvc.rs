@@ -45,7 +45,10 @@ pub fn member_pvc(
             access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
             storage_class_name: storage.storage_class_name.clone(),
             resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([("storage".to_owned(), storage.size.clone())])),
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    storage.size.clone(),
+                )])),
                 limits: None,
             }),
             ..Default::default()
@@ -74,7 +77,10 @@ mod tests {
         assert_eq!(labels[LABEL_MEMBER], "main-1");
         assert!(!labels.contains_key(LABEL_ROLE));
         let owner = &pvc.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("EtcdMember", "main-1"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("EtcdMember", "main-1")
+        );
         let spec = pvc.spec.unwrap();
         assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
         assert_eq!(spec.access_modes.unwrap(), ["ReadWriteOnce"]);

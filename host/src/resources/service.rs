@@ -104,7 +104,10 @@ mod tests {
             [("client".to_owned(), 2379), ("peer".to_owned(), 2380)]
         );
         let owner = &svc.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("EtcdCluster", "uid-cluster"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("EtcdCluster", "uid-cluster")
+        );
     }
 
     #[test]
