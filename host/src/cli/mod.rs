@@ -1,0 +1,68 @@
+//! The `etcd-steward` command line: one module per subcommand group.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod policy;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "etcd-steward",
+    version,
+    about = "An etcd operator for Kubernetes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Test, evaluate and inspect status policies, without a cluster.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+}
+
+/// Parses the command line, runs it, and turns any error into one line on
+/// stderr and a failing exit code.
+pub fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Policy(command) => policy::run(command),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// An error and its causes, on one line; a cause the message already quotes
+/// is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if line.contains(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
