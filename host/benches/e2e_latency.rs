@@ -48,7 +48,9 @@ fn main() {
             let t0 = Instant::now();
             env.plane.kubelet().stop_node().await;
             watch
-                .until("Available=False", |c| condition(c, "Available") == Some("False"))
+                .until("Available=False", |c| {
+                    condition(c, "Available") == Some("False")
+                })
                 .await;
             incident.push(t0.elapsed());
             env.plane.kubelet().start_node();
@@ -64,7 +66,9 @@ fn main() {
                 env.plane.kubelet().freeze(NS, n).await.unwrap();
             }
             watch
-                .until("Available=False", |c| condition(c, "Available") == Some("False"))
+                .until("Available=False", |c| {
+                    condition(c, "Available") == Some("False")
+                })
                 .await;
             frozen.push(t0.elapsed());
             for n in &names {

@@ -115,7 +115,8 @@ impl Policies {
             return Ok(self.engine.default_policy());
         };
         let ns = cluster.namespace().unwrap_or_default();
-        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(self.client.clone(), &ns);
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.client.clone(), &ns);
         let cm = api
             .get_opt(name)
             .await
@@ -139,7 +140,9 @@ impl Policies {
         if let Some(known) = self.settings_checked.lock().expect("poisoned").get(&key) {
             return known.clone();
         }
-        let result = policy.validate_settings(settings).map_err(|e| e.to_string());
+        let result = policy
+            .validate_settings(settings)
+            .map_err(|e| e.to_string());
         self.settings_checked
             .lock()
             .expect("poisoned")
@@ -229,10 +232,13 @@ impl Context {
     ) -> anyhow::Result<Arc<Context>> {
         let (members_store, members_writer) = reflector::store::<EtcdMember>();
         let (pods_store, pods_writer) = reflector::store::<Pod>();
-        let members_cache = watcher(api_for::<EtcdMember>(&client, scope), watcher::Config::default())
-            .default_backoff()
-            .reflect(members_writer)
-            .for_each(|_| futures::future::ready(()));
+        let members_cache = watcher(
+            api_for::<EtcdMember>(&client, scope),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(members_writer)
+        .for_each(|_| futures::future::ready(()));
         let pods_cache = watcher(api_for::<Pod>(&client, scope), managed())
             .default_backoff()
             .reflect(pods_writer)
@@ -285,25 +291,44 @@ pub async fn run(
     // Status writes must not retrigger the cluster's own reconcile: only
     // spec changes (generation) and owned objects do, plus the resync.
     let (clusters_store, clusters_writer) = reflector::store::<EtcdCluster>();
-    let clusters = watcher(api_for::<EtcdCluster>(&client, scope), watcher::Config::default())
-        .default_backoff()
-        .reflect(clusters_writer)
-        .touched_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    let members_ctl = Controller::new(api_for::<EtcdMember>(&client, scope), watcher::Config::default())
-        .owns(api_for::<Pod>(&client, scope), managed.clone())
-        .owns(api_for::<PersistentVolumeClaim>(&client, scope), managed.clone())
-        .run(crate::member::reconcile_member, error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+    let clusters = watcher(
+        api_for::<EtcdCluster>(&client, scope),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(clusters_writer)
+    .touched_objects()
+    .predicate_filter(predicates::generation, Default::default());
+    let members_ctl = Controller::new(
+        api_for::<EtcdMember>(&client, scope),
+        watcher::Config::default(),
+    )
+    .owns(api_for::<Pod>(&client, scope), managed.clone())
+    .owns(
+        api_for::<PersistentVolumeClaim>(&client, scope),
+        managed.clone(),
+    )
+    .run(crate::member::reconcile_member, error_policy, ctx.clone())
+    .for_each(|_| futures::future::ready(()));
     let cluster_ctl = Controller::for_stream(clusters, clusters_store)
-        .owns(api_for::<EtcdMember>(&client, scope), watcher::Config::default())
+        .owns(
+            api_for::<EtcdMember>(&client, scope),
+            watcher::Config::default(),
+        )
         .owns(api_for::<Service>(&client, scope), managed.clone())
-        .owns(api_for::<PodDisruptionBudget>(&client, scope), managed.clone())
+        .owns(
+            api_for::<PodDisruptionBudget>(&client, scope),
+            managed.clone(),
+        )
         .watches(api_for::<Pod>(&client, scope), managed, |pod: Pod| {
             let cluster = pod.labels().get("app.kubernetes.io/instance")?.clone();
             Some(ObjectRef::new(&cluster).within(&pod.namespace()?))
         })
-        .run(crate::reconcile::reconcile_cluster, error_policy, ctx.clone())
+        .run(
+            crate::reconcile::reconcile_cluster,
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
 
     // Dropping the controllers on shutdown cancels in-flight reconciles;

@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, quorum};
 
-use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium, member_condition};
+use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium};
 use crate::controller::{Context, Error, FIELD_MANAGER};
 use crate::observe::{ProbeTarget, probe_cluster};
 use crate::reconcile::observe::cluster_members;
@@ -49,21 +49,23 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
     let name = member.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
 
-    if !matches!(member.spec.storage.medium, StorageMedium::Memory) {
-        let pvc = resources::member_pvc(&cluster, &member).map_err(Error::Build)?;
+    if let Some(pvc) = resources::member_pvc(&cluster, &member).map_err(Error::Build)? {
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-        if pvcs.get_opt(&pvc.name_any()).await.map_err(Error::Kube)?.is_none() {
+        if pvcs
+            .get_opt(&pvc.name_any())
+            .await
+            .map_err(Error::Kube)?
+            .is_none()
+        {
             pvcs.create(&PostParams::default(), &pvc)
                 .await
                 .map_err(Error::Kube)?;
         }
     }
 
-    let pod = ctx
-        .stores
-        .pods
-        .get(&ObjectRef::new(&name).within(&ns));
+    let pod = ctx.stores.pods.get(&ObjectRef::new(&name).within(&ns));
     let facts = pod_facts(pod.as_deref());
+    let mut recreated = false;
     match pod.as_deref() {
         Some(p) if member.spec.dormant && p.metadata.deletion_timestamp.is_none() => {
             pods.delete(&name, &DeleteParams::default())
@@ -76,12 +78,30 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
             let ev = KubeEvent {
                 type_: KubeEventType::Normal,
                 reason: "RecreatingPod".into(),
-                note: Some(format!("pod {name} reached phase {:?}; recreating it on the same volume", facts.phase)),
+                note: Some(format!(
+                    "pod {name} reached phase {:?}; recreating it on the same volume",
+                    facts.phase
+                )),
                 action: "RecreatePod".into(),
                 secondary: None,
             };
             let _ = ctx.recorder.publish(&ev, &member.object_ref(&())).await;
             pods.delete(&name, &DeleteParams::default())
+                .await
+                .map_err(Error::Kube)?;
+            recreated = true;
+        }
+        // The PDB counts voter Pods by label; a promoted learner's Pod
+        // must say so.
+        Some(p)
+            if wanted_role_label(&cluster, &name).is_some_and(|want| {
+                p.labels().get(resources::LABEL_ROLE).map(String::as_str) != Some(want)
+            }) =>
+        {
+            let patch = serde_json::json!({"metadata": {"labels": {
+                resources::LABEL_ROLE: wanted_role_label(&cluster, &name)
+            }}});
+            pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(Error::Kube)?;
         }
@@ -98,14 +118,31 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
         _ => {}
     }
 
-    write_member_status(&member, &cluster, pod.as_deref(), ctx).await?;
+    write_member_status(&member, &cluster, pod.as_deref(), recreated, ctx).await?;
     Ok(Action::requeue(Duration::from_secs(10)))
+}
+
+/// The role label etcd's last word calls for: None until etcd confirmed
+/// the member (a new Pod is labelled by the builder).
+fn wanted_role_label(cluster: &EtcdCluster, name: &str) -> Option<&'static str> {
+    let summary = cluster
+        .status
+        .as_ref()?
+        .members
+        .iter()
+        .find(|m| m.name == name)?;
+    summary.id.as_ref()?;
+    Some(match summary.role {
+        crate::api::MemberRole::Learner => resources::ROLE_LEARNER,
+        crate::api::MemberRole::Voter => resources::ROLE_VOTER,
+    })
 }
 
 async fn write_member_status(
     member: &EtcdMember,
     cluster: &EtcdCluster,
     pod: Option<&Pod>,
+    recreated: bool,
     ctx: &Context,
 ) -> Result<(), Error> {
     let name = member.name_any();
@@ -114,25 +151,20 @@ async fn write_member_status(
         .status
         .as_ref()
         .and_then(|s| s.members.iter().find(|m| m.name == name));
-    let confirmed_id = summary.and_then(|s| s.id.clone());
-    let (status, reason, message) = if member.spec.dormant {
-        ("False", member_condition::REASON_PAUSED, "the cluster is paused; the member is dormant".to_owned())
-    } else if !facts.ready {
-        ("False", member_condition::REASON_POD_NOT_READY, format!("pod phase: {:?}", facts.phase))
-    } else if confirmed_id.is_none() {
-        ("False", member_condition::REASON_DISCOVERING_MEMBER_ID, "the pod is ready but etcd has not confirmed this member yet".to_owned())
-    } else {
-        ("True", member_condition::REASON_POD_READY, "the pod is ready and etcd lists this member".to_owned())
-    };
-    let now = jiff::Timestamp::now();
-    let generation = member.metadata.generation.unwrap_or_default();
-    let desired = [sdk::Condition::new(
-        member_condition::READY,
-        crate::conditions::parse_status(status),
-        reason,
-        message,
-    )];
     let prev = member.status.clone().unwrap_or_default();
+    let confirmed_id = summary.and_then(|s| s.id.clone());
+    let desired = crate::conditions::member_conditions(&crate::conditions::MemberFacts {
+        dormant: member.spec.dormant,
+        pod_ready: facts.ready,
+        listed: summary.map(|s| s.id.is_some()),
+        member_id: confirmed_id
+            .as_deref()
+            .or(prev.member_id.as_deref())
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok()),
+        spec_version: member.spec.version.clone(),
+        running_version: None,
+    });
+    let generation = member.metadata.generation.unwrap_or_default();
     let new = EtcdMemberStatus {
         member_id: confirmed_id.or(prev.member_id.clone()),
         pod_name: pod.map(|p| p.name_any()),
@@ -140,18 +172,29 @@ async fn write_member_status(
         is_voter: summary.is_none_or(|s| matches!(s.role, crate::api::MemberRole::Voter)),
         pvc_name: (!matches!(member.spec.storage.medium, StorageMedium::Memory))
             .then(|| resources::pvc_name(&name)),
-        version: Some(member.spec.version.clone()),
-        conditions: crate::conditions::merge(&prev.conditions, &desired, generation, now),
+        pod_restarts: prev.pod_restarts + u32::from(recreated),
+        version: prev.version.clone(),
+        conditions: crate::conditions::merge(
+            &prev.conditions,
+            &desired,
+            generation,
+            jiff::Timestamp::now(),
+        ),
     };
-    let api: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &member.namespace().unwrap_or_default());
+    let api: Api<EtcdMember> =
+        Api::namespaced(ctx.client.clone(), &member.namespace().unwrap_or_default());
     let patch = serde_json::json!({
         "apiVersion": EtcdMember::api_version(&()),
         "kind": EtcdMember::kind(&()),
         "status": new,
     });
-    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::StatusWrite)?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::StatusWrite)?;
     Ok(())
 }
 
@@ -182,7 +225,10 @@ async fn cleanup(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error
             "not removing {name} from etcd: {why}"
         ))),
         Removal::Remove { id, via } => {
-            ctx.etcd.member_remove(&via, id).await.map_err(Error::Etcd)?;
+            ctx.etcd
+                .member_remove(&via, id)
+                .await
+                .map_err(Error::Etcd)?;
             tracing::info!(member = %name, id = %format!("{id:x}"), "removed from etcd");
             Ok(Action::await_change())
         }
@@ -208,7 +254,11 @@ pub fn removal_decision(report: &sdk::ProbeReport, name: &str) -> Removal {
     }) else {
         return Removal::AlreadyGone;
     };
-    let voters: Vec<u64> = listed.iter().filter(|m| !m.is_learner).map(|m| m.id).collect();
+    let voters: Vec<u64> = listed
+        .iter()
+        .filter(|m| !m.is_learner)
+        .map(|m| m.id)
+        .collect();
     let answered: Vec<&sdk::EndpointStatus> = report
         .endpoints
         .iter()
@@ -295,8 +345,13 @@ mod tests {
         }
     }
 
-    const FIVE: [(u64, &str, bool); 5] =
-        [(1, "a", false), (2, "b", false), (3, "c", false), (4, "d", false), (5, "e", false)];
+    const FIVE: [(u64, &str, bool); 5] = [
+        (1, "a", false),
+        (2, "b", false),
+        (3, "c", false),
+        (4, "d", false),
+        (5, "e", false),
+    ];
 
     #[test]
     fn a_healthy_cluster_removes_through_the_others_leader_first() {
@@ -321,9 +376,14 @@ mod tests {
     fn no_removal_that_would_leave_the_rest_without_quorum() {
         // 3 of 5 answer; removing one of the three leaves 2 of 4: not a quorum.
         let r = report(&[(1, 1), (2, 1), (3, 1)], &FIVE);
-        assert!(matches!(removal_decision(&r, "c"), Removal::Refuse(m) if m.contains("after removal")));
+        assert!(
+            matches!(removal_decision(&r, "c"), Removal::Refuse(m) if m.contains("after removal"))
+        );
         // Removing a dead one leaves 3 of 4 healthy: fine.
-        assert!(matches!(removal_decision(&r, "e"), Removal::Remove { id: 5, .. }));
+        assert!(matches!(
+            removal_decision(&r, "e"),
+            Removal::Remove { id: 5, .. }
+        ));
     }
 
     #[test]

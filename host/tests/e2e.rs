@@ -22,9 +22,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 async fn healthy_three(env: &Env, name: &str) -> String {
     env.create_cluster(name, 3).await;
     let c = env.wait_available(name, 3).await;
-    assert_eq!(condition(&c, "Ready"), Some("True"), "Ready mirrors Available");
+    assert_eq!(
+        condition(&c, "Ready"),
+        Some("True"),
+        "Ready mirrors Available"
+    );
     let endpoints = env.endpoints(name).await;
-    env.etcdctl(&endpoints, &["put", "/steward/e2e", "kept"]).await;
+    env.etcdctl(&endpoints, &["put", "/steward/e2e", "kept"])
+        .await;
     endpoints
 }
 
@@ -43,7 +48,9 @@ fn three_members_become_available_and_etcd_sees_three_voters() {
         let endpoints = healthy_three(&env, "alpha").await;
         let list = env.etcdctl(&endpoints, &["member", "list"]).await;
         assert_eq!(voters(&list), 3, "etcdctl member list:\n{list}");
-        let got = env.etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"]).await;
+        let got = env
+            .etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"])
+            .await;
         assert_eq!(got.trim(), "kept");
 
         let c = env.clusters().get("alpha").await.unwrap();
@@ -54,8 +61,16 @@ fn three_members_become_available_and_etcd_sees_three_voters() {
         assert_eq!(status.members.iter().filter(|m| m.leader).count(), 1);
         assert!(status.policy.is_some_and(|p| p.digest.len() == 64));
         for m in env.members().list(&Default::default()).await.unwrap() {
-            let ready = m.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
-            assert_eq!(ready.map(|c| c.status.as_str()), Some("True"), "member {:?}", m.metadata.name);
+            let ready = m
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+            assert_eq!(
+                ready.map(|c| c.status.as_str()),
+                Some("True"),
+                "member {:?}",
+                m.metadata.name
+            );
         }
         env.shutdown().await;
     });
@@ -78,7 +93,10 @@ fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
         assert_eq!(condition(&c, "Degraded"), Some("True"));
         assert_eq!(ready_members(&c), 0);
         let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
-            kube::Api::namespaced(env.client.clone(), NS).get("seed").await.unwrap();
+            kube::Api::namespaced(env.client.clone(), NS)
+                .get("seed")
+                .await
+                .unwrap();
         assert_eq!(
             pdb.spec.unwrap().min_available,
             Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
@@ -88,7 +106,9 @@ fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
         // their PVCs and the data is still there.
         env.plane.kubelet().start_node();
         env.wait_available("seed", 3).await;
-        let got = env.etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"]).await;
+        let got = env
+            .etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"])
+            .await;
         assert_eq!(got.trim(), "kept");
         env.shutdown().await;
     });
@@ -106,7 +126,8 @@ fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
         env.plane.kubelet().kill(NS, &names[0]).await.unwrap();
         let c = watch
             .until("Degraded=True while still Available", |c| {
-                condition(c, "Degraded") == Some("True") && condition(c, "Available") == Some("True")
+                condition(c, "Degraded") == Some("True")
+                    && condition(c, "Available") == Some("True")
             })
             .await;
         assert!(ready_members(&c) <= 2);
@@ -119,7 +140,9 @@ fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
         env.plane.kubelet().kill(NS, &names[1]).await.unwrap();
         env.plane.kubelet().kill(NS, &names[2]).await.unwrap();
         let c = watch
-            .until("Available=False with two of three dead", |c| condition(c, "Available") == Some("False"))
+            .until("Available=False with two of three dead", |c| {
+                condition(c, "Available") == Some("False")
+            })
             .await;
         assert_eq!(condition_reason(&c, "Available"), Some("QuorumLost"));
         env.wait_available("kills", 3).await;
@@ -138,15 +161,25 @@ fn frozen_members_are_detected_without_any_pod_change() {
             env.plane.kubelet().freeze(NS, n).await.unwrap();
         }
         let c = env
-            .wait_for("frozen", "Available=False while every Pod stays Ready", |c| {
-                condition(c, "Available") == Some("False")
-            })
+            .wait_for(
+                "frozen",
+                "Available=False while every Pod stays Ready",
+                |c| condition(c, "Available") == Some("False"),
+            )
             .await;
         assert_eq!(ready_members(&c), 0);
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(env.client.clone(), NS);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(env.client.clone(), NS);
         for n in &names {
             let pod = pods.get(n).await.unwrap();
-            let ready = pod.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+            let ready = pod
+                .status
+                .unwrap()
+                .conditions
+                .unwrap()
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap();
             assert_eq!(ready.status, "True", "the frozen pod {n} still looks Ready");
         }
         for n in &names {
@@ -154,7 +187,10 @@ fn frozen_members_are_detected_without_any_pod_change() {
         }
         let before = c.status.and_then(|s| s.last_verified_time);
         let c = env.wait_available("frozen", 3).await;
-        assert!(c.status.unwrap().last_verified_time > before, "health is verified again");
+        assert!(
+            c.status.unwrap().last_verified_time > before,
+            "health is verified again"
+        );
         env.shutdown().await;
     });
 }
@@ -170,9 +206,13 @@ fn names_that_stop_resolving_are_reported_as_dns() {
             env.plane.kubelet().make_unresolvable(NS, n).unwrap();
         }
         let c = env
-            .wait_for("dns", "Available=False", |c| condition(c, "Available") == Some("False"))
+            .wait_for("dns", "Available=False", |c| {
+                condition(c, "Available") == Some("False")
+            })
             .await;
-        let message = condition_message(&c, "Available").unwrap_or_default().to_lowercase();
+        let message = condition_message(&c, "Available")
+            .unwrap_or_default()
+            .to_lowercase();
         assert!(message.contains("dns"), "the message names DNS: {message}");
         for n in &names {
             env.plane.kubelet().restore_name(NS, n).unwrap();
@@ -205,7 +245,9 @@ fn scaling_three_to_five_to_three_keeps_data_and_quorum() {
         let now = env.endpoints("scale").await;
         let list = env.etcdctl(&now, &["member", "list"]).await;
         assert_eq!(voters(&list), 3, "{list}");
-        let got = env.etcdctl(&now, &["get", "/steward/e2e", "--print-value-only"]).await;
+        let got = env
+            .etcdctl(&now, &["get", "/steward/e2e", "--print-value-only"])
+            .await;
         assert_eq!(got.trim(), "kept");
         let _ = endpoints;
         env.shutdown().await;
@@ -232,7 +274,10 @@ fn an_operator_killed_right_after_member_add_is_converged_by_the_next() {
         env.faults.clear_all();
         let all = env.endpoints("crash").await;
         let list = env.etcdctl(&all, &["member", "list"]).await;
-        assert!(list.contains("unstarted"), "etcd holds the added, never-started learner:\n{list}");
+        assert!(
+            list.contains("unstarted"),
+            "etcd holds the added, never-started learner:\n{list}"
+        );
 
         env.start_operator();
         env.wait_available("crash", 4).await;
@@ -263,14 +308,18 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
         env.plane.kubelet().kill(NS, &names[1]).await.unwrap();
         env.plane.kubelet().kill(NS, &names[2]).await.unwrap();
         // The survivor has no quorum, so its readiness probe (/health) fails too.
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(env.client.clone(), NS);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(env.client.clone(), NS);
         let start = std::time::Instant::now();
         loop {
             let mut ready = 0;
             for n in &names {
                 let p = pods.get(n).await.unwrap();
                 let r = p.status.and_then(|s| s.conditions).unwrap_or_default();
-                ready += r.iter().filter(|c| c.type_ == "Ready" && c.status == "True").count();
+                ready += r
+                    .iter()
+                    .filter(|c| c.type_ == "Ready" && c.status == "True")
+                    .count();
             }
             if ready == 0 {
                 break;
@@ -288,17 +337,32 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
                 "type": "Available", "status": "True", "reason": "QuorumHealthy",
                 "message": "stale", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
             env.clusters()
-                .patch_status("rpcs", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&stale))
+                .patch_status(
+                    "rpcs",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&stale),
+                )
                 .await
                 .unwrap();
             let before = env.clusters().get("rpcs").await.unwrap();
             assert_eq!(condition(&before, "Available"), Some("True"));
-            reconcile_cluster(std::sync::Arc::new(before), ctx.clone()).await.unwrap();
+            reconcile_cluster(std::sync::Arc::new(before), ctx.clone())
+                .await
+                .unwrap();
             let after = env.clusters().get("rpcs").await.unwrap();
-            assert_eq!(condition(&after, "Available"), Some("False"), "{rpc}: {:?}", after.status);
+            assert_eq!(
+                condition(&after, "Available"),
+                Some("False"),
+                "{rpc}: {:?}",
+                after.status
+            );
             assert_eq!(ready_members(&after), 0, "{rpc}");
             if rpc.is_mutation() {
-                assert_eq!(op.faults.calls(rpc), 0, "{rpc} must not run without verified quorum");
+                assert_eq!(
+                    op.faults.calls(rpc),
+                    0,
+                    "{rpc} must not run without verified quorum"
+                );
             } else {
                 assert!(op.faults.injected(rpc) >= 1, "{rpc} was reached and failed");
             }
@@ -315,7 +379,8 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
     let _g = serial();
     run(async {
         let env = Env::start().await;
-        let wasm = std::fs::read(etcd_steward::policy::CHAOS_POLICY_PATH).expect("the chaos test policy was built");
+        let wasm = std::fs::read(etcd_steward::policy::CHAOS_POLICY_PATH)
+            .expect("the chaos test policy was built");
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "chaos", "namespace": NS},
             "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
@@ -339,21 +404,27 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
             .unwrap();
         let c = env
             .wait_for("broken", "Available=Unknown/PolicyFailed", |c| {
-                condition(c, "Available") == Some("Unknown") && condition_reason(c, "Available") == Some("PolicyFailed")
+                condition(c, "Available") == Some("Unknown")
+                    && condition_reason(c, "Available") == Some("PolicyFailed")
             })
             .await;
         let streak = c.status.as_ref().unwrap().unverified_streak;
         // The status keeps updating while the policy keeps failing.
         env.wait_for("broken", "the status still updates", |c| {
-            c.status.as_ref().is_some_and(|s| s.unverified_streak > streak)
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.unverified_streak > streak)
         })
         .await;
-        let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(env.client.clone(), NS);
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
         let list = events.list(&Default::default()).await.unwrap();
         assert!(
-            list.items.iter().any(|e| e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some("PolicyFailed")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")),
+            list.items
+                .iter()
+                .any(|e| e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("PolicyFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")),
             "a Warning Event names the policy failure"
         );
         env.shutdown().await;

@@ -4,7 +4,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod crd;
 pub mod policy;
+pub mod run;
+#[cfg(feature = "sandbox")]
+pub mod sandbox;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,9 +23,23 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the operator against the cluster of the current kubeconfig (or in-cluster).
+    Run(run::RunArgs),
+    /// Print the CRDs (EtcdCluster, EtcdMember) as YAML.
+    Crd,
+    /// A local sandbox: test control plane, real etcd, the operator and an
+    /// example EtcdCluster, in one process. Not for production.
+    #[cfg(feature = "sandbox")]
+    Sandbox(sandbox::SandboxArgs),
     /// Test, evaluate and inspect status policies, without a cluster.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 /// Parses the command line, runs it, and turns any error into one line on
@@ -31,6 +49,17 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Policy(command) => policy::run(command),
+        Command::Crd => crd::run().map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => runtime()
+            .and_then(|rt| rt.block_on(run::run(args)))
+            .map(|()| ExitCode::SUCCESS),
+        // The private mount namespace must be entered while the process
+        // still has one thread, so before the runtime starts.
+        #[cfg(feature = "sandbox")]
+        Command::Sandbox(args) => sandbox::prepare(&args)
+            .and_then(|()| runtime())
+            .and_then(|rt| rt.block_on(sandbox::run(args)))
+            .map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

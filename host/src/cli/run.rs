@@ -7,14 +7,18 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::controller::{self, Context, OperatorConfig, Scope};
-use crate::etcd::{ClientConfig, EtcdClient, FaultyEtcd, Faults};
+use crate::etcd::{ClientConfig, EtcdClient, Faults, FaultyEtcd};
 use crate::metrics::Metrics;
 use crate::policy::{Limits, PolicyEngine};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Repository of the etcd image; members run `<repository>:v<spec.version>`.
-    #[arg(long, env = "ETCD_STEWARD_ETCD_IMAGE", default_value = "quay.io/coreos/etcd")]
+    #[arg(
+        long,
+        env = "ETCD_STEWARD_ETCD_IMAGE",
+        default_value = "quay.io/coreos/etcd"
+    )]
     pub etcd_image: String,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "ETCD_STEWARD_NAMESPACE")]

@@ -161,20 +161,40 @@ async fn wait_until(
         if pred(&c) {
             return Ok(());
         }
-        anyhow::ensure!(start.elapsed() < bound, "gave up after {bound:?}: {}", summary(&c));
+        anyhow::ensure!(
+            start.elapsed() < bound,
+            "gave up after {bound:?}: {}",
+            summary(&c)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-async fn replay_incident(plane: &ControlPlane, clusters: &Api<EtcdCluster>, members: i32) -> anyhow::Result<()> {
-    let healthy = |c: &EtcdCluster| cond(c, "Available").0 == "True" && c.status.as_ref().is_some_and(|s| s.ready_members == members);
+async fn replay_incident(
+    plane: &ControlPlane,
+    clusters: &Api<EtcdCluster>,
+    members: i32,
+) -> anyhow::Result<()> {
+    let healthy = |c: &EtcdCluster| {
+        cond(c, "Available").0 == "True"
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.ready_members == members)
+    };
     println!("== waiting for the example cluster to be Available with {members} members");
     wait_until(clusters, healthy, Duration::from_secs(180)).await?;
 
-    println!("== the incident: the node shuts down gracefully; every etcd exits 0 and its Pod goes Succeeded");
+    println!(
+        "== the incident: the node shuts down gracefully; every etcd exits 0 and its Pod goes Succeeded"
+    );
     let outage = Instant::now();
     plane.kubelet().stop_node().await;
-    wait_until(clusters, |c| cond(c, "Available").0 == "False", Duration::from_secs(60)).await?;
+    wait_until(
+        clusters,
+        |c| cond(c, "Available").0 == "False",
+        Duration::from_secs(60),
+    )
+    .await?;
     println!(
         "== Available turned False {:.1}s after the outage began (the incident's operator never did)",
         outage.elapsed().as_secs_f64()
@@ -185,7 +205,10 @@ async fn replay_incident(plane: &ControlPlane, clusters: &Api<EtcdCluster>, memb
     let back = Instant::now();
     plane.kubelet().start_node();
     wait_until(clusters, healthy, Duration::from_secs(180)).await?;
-    println!("== Available is True again {:.1}s after the node came back", back.elapsed().as_secs_f64());
+    println!(
+        "== Available is True again {:.1}s after the node came back",
+        back.elapsed().as_secs_f64()
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     Ok(())
 }

@@ -58,7 +58,11 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
 
     // Membership in motion, or an unverified cluster, is looked at sooner.
     let busy = step.as_ref().is_none_or(|s| !matches!(s, Step::Idle)) || !e.verdict.verified;
-    let mut next = if busy { ctx.config.busy_resync } else { ctx.config.resync };
+    let mut next = if busy {
+        ctx.config.busy_resync
+    } else {
+        ctx.config.resync
+    };
     if let Some(hint) = e.verdict.requeue_after_ms {
         next = next.min(Duration::from_millis(hint.max(100) as u64));
     }
@@ -68,9 +72,16 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
 async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> anyhow::Result<()> {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(ctx.client.clone(), &ns);
-    for svc in [resources::headless_service(cluster)?, resources::client_service(cluster)?] {
-        api.patch(&svc.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&svc))
-            .await?;
+    for svc in [
+        resources::headless_service(cluster)?,
+        resources::client_service(cluster)?,
+    ] {
+        api.patch(
+            &svc.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&svc),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -85,7 +96,7 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
         Step::CreateSeed => {
             let name = ctx.new_member_name(cluster);
             let initial = resources::seed_initial_cluster(&name, &cluster.name_any(), &ns);
-            let member = resources::member_object(cluster, &name, &initial, true)?;
+            let member = resources::etcd_member(cluster, &name, &initial, true)?;
             members.create(&PostParams::default(), &member).await?;
             Ok(())
         }
@@ -98,7 +109,7 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
                 .member_add_as_learner(&endpoints, std::slice::from_ref(&peer))
                 .await?;
             let initial = initial_cluster(&added.members, &name, &peer);
-            let member = resources::member_object(cluster, &name, &initial, false)?;
+            let member = resources::etcd_member(cluster, &name, &initial, false)?;
             members.create(&PostParams::default(), &member).await?;
             Ok(())
         }
@@ -106,7 +117,7 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
             let listed = e.observed.listed_members().unwrap_or_default();
             let peer = resources::member_peer_url(name, &cluster.name_any(), &ns);
             let initial = initial_cluster(listed, name, &peer);
-            let member = resources::member_object(cluster, name, &initial, false)?;
+            let member = resources::etcd_member(cluster, name, &initial, false)?;
             members.create(&PostParams::default(), &member).await?;
             Ok(())
         }

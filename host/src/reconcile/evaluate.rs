@@ -15,9 +15,12 @@ use crate::policy::{PolicyError, fallback_verdict};
 /// Why the host had to stand in for the policy.
 #[derive(Clone, Debug)]
 pub struct PolicyProblem {
-    /// CamelCase, for the Stalled condition and the Event.
+    /// CamelCase, for the Event (and Stalled, when it stalls).
     pub reason: &'static str,
     pub message: String,
+    /// Needs a human: the policy cannot be loaded or rejects the settings.
+    /// A failed evaluation does not stall: the next one may succeed.
+    pub stalls: bool,
 }
 
 pub struct Evaluated {
@@ -31,12 +34,17 @@ pub struct Evaluated {
 pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
     let spec_ref = observed.cluster.spec.status_policy.as_ref();
     let named = spec_ref.and_then(|p| p.name.clone());
-    let policy = match ctx.policies.resolve(&observed.cluster, named.as_deref()).await {
+    let policy = match ctx
+        .policies
+        .resolve(&observed.cluster, named.as_deref())
+        .await
+    {
         Ok(p) => p,
         Err(message) => {
             let problem = PolicyProblem {
                 reason: "PolicyUnavailable",
                 message,
+                stalls: true,
             };
             return Evaluated {
                 verdict: fallback_verdict(&problem.message),
@@ -62,7 +70,11 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
     {
         let problem = PolicyProblem {
             reason: "InvalidPolicySettings",
-            message: format!("spec.statusPolicy.settings rejected by {}: {message}", status.name),
+            message: format!(
+                "spec.statusPolicy.settings rejected by {}: {message}",
+                status.name
+            ),
+            stalls: true,
         };
         return Evaluated {
             verdict: fallback_verdict(&problem.message),
@@ -75,10 +87,14 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
     let evaluation = policy.evaluate(&observed.observation);
     ctx.metrics.observe_policy(evaluation.error.as_ref());
     Evaluated {
-        problem: evaluation.error.as_ref().map(|e: &PolicyError| PolicyProblem {
-            reason: "PolicyFailed",
-            message: e.to_string(),
-        }),
+        problem: evaluation
+            .error
+            .as_ref()
+            .map(|e: &PolicyError| PolicyProblem {
+                reason: "PolicyFailed",
+                message: e.to_string(),
+                stalls: false,
+            }),
         verdict: evaluation.verdict,
         policy: status,
         observed,

@@ -35,10 +35,13 @@ use crate::api::EtcdCluster;
 use crate::controller::{Context, Error};
 
 /// The whole pipeline for one EtcdCluster.
-pub async fn reconcile_cluster(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_cluster(
+    cluster: Arc<EtcdCluster>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let observed = observe::observe(&cluster, &ctx).await;
-    let evaluated = evaluate::evaluate(observed, &ctx);
+    let evaluated = evaluate::evaluate(observed, &ctx).await;
     let written = status::write(evaluated, &ctx).await?;
     let next = act::act(written, &ctx).await;
     ctx.metrics.observe_reconcile(started.elapsed());

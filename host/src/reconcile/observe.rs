@@ -88,12 +88,7 @@ impl Observed {
                 .iter()
                 .map(|m| MemberFacts {
                     name: m.name(),
-                    created_ms: m
-                        .object
-                        .metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map_or(0, ms),
+                    created_ms: m.object.metadata.creation_timestamp.as_ref().map_or(0, ms),
                     dormant: m.object.spec.dormant,
                     deleting: m.object.metadata.deletion_timestamp.is_some(),
                 })
@@ -131,7 +126,7 @@ pub fn cluster_members(ctx: &Context, cluster: &EtcdCluster) -> Vec<Arc<EtcdMemb
 }
 
 pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
-    let now = ctx.clock.now();
+    let now = jiff::Timestamp::now();
     let ns = cluster.namespace().unwrap_or_default();
     let members: Vec<MemberView> = cluster_members(ctx, cluster)
         .into_iter()
@@ -152,7 +147,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         .filter(|m| !m.object.spec.dormant)
         .map(|m| ProbeTarget {
             member: m.name(),
-            endpoint: resources::client_url(cluster, &m.name()),
+            endpoint: resources::member_client_url(&m.name(), &cluster.name_any(), &ns),
         })
         .collect();
 
@@ -163,7 +158,9 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
             "every member is dormant (replicas 0)".into()
         })
     } else {
-        sdk::Probing::Attempted(probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await)
+        sdk::Probing::Attempted(
+            probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await,
+        )
     };
 
     let status = cluster.status.clone().unwrap_or_default();
@@ -243,7 +240,11 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
 
 /// The cluster ID is latched once etcd's member list shows exactly the seed:
 /// before that a half-formed cluster could be mistaken for the real one.
-async fn latch_cluster_id(ctx: &Context, members: &[MemberView], probing: &sdk::Probing) -> Option<String> {
+async fn latch_cluster_id(
+    ctx: &Context,
+    members: &[MemberView],
+    probing: &sdk::Probing,
+) -> Option<String> {
     let sdk::Probing::Attempted(report) = probing else {
         return None;
     };
@@ -278,7 +279,10 @@ fn host_phase(
     if !latched {
         return sdk::HostPhase::Bootstrapping;
     }
-    if members.iter().any(|m| m.object.metadata.deletion_timestamp.is_some()) {
+    if members
+        .iter()
+        .any(|m| m.object.metadata.deletion_timestamp.is_some())
+    {
         return sdk::HostPhase::ScalingDown;
     }
     let (voters, learners) = match listed {
@@ -315,11 +319,19 @@ fn policy_member(
     let member_id = in_etcd.map(|e| e.id).or_else(|| {
         remembered
             .and_then(|s| s.id.as_deref())
-            .or(m.object.status.as_ref().and_then(|s| s.member_id.as_deref()))
+            .or(m
+                .object
+                .status
+                .as_ref()
+                .and_then(|s| s.member_id.as_deref()))
             .and_then(|hex| u64::from_str_radix(hex, 16).ok())
     });
     sdk::Member {
-        endpoint: resources::client_url(cluster, &name),
+        endpoint: resources::member_client_url(
+            &name,
+            &cluster.name_any(),
+            &cluster.namespace().unwrap_or_default(),
+        ),
         name,
         role,
         member_id,

@@ -65,7 +65,9 @@ pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
                 .filter(|&id| id != 0);
             MemberSummary {
                 id: id.map(|id| format!("{id:x}")),
-                role: if in_etcd.is_some_and(|x| x.is_learner) || status.is_some_and(|s| s.is_learner) {
+                role: if in_etcd.is_some_and(|x| x.is_learner)
+                    || status.is_some_and(|s| s.is_learner)
+                {
                     MemberRole::Learner
                 } else {
                     MemberRole::Voter
@@ -86,7 +88,9 @@ pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
     let target_changed = prev.observed.as_ref() != Some(&target);
     let progress_deadline = if target_changed || prev.progress_deadline.is_none() {
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            now + jiff::SignedDuration::from_secs(cluster.spec.progress_deadline_seconds.max(0) as i64),
+            now + jiff::SignedDuration::from_secs(
+                cluster.spec.progress_deadline_seconds.max(0) as i64
+            ),
         ))
     } else {
         prev.progress_deadline.clone()
@@ -148,18 +152,30 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
         "kind": EtcdCluster::kind(&()),
         "status": status,
     });
-    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::StatusWrite)?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::StatusWrite)?;
 
     // The PDB belongs with the status: both describe what the cluster can
     // tolerate right now, so it must never go stale when etcd is down.
-    let voters = status.members.iter().filter(|m| matches!(m.role, MemberRole::Voter)).count();
+    let voters = status
+        .members
+        .iter()
+        .filter(|m| matches!(m.role, MemberRole::Voter))
+        .count();
     if let Ok(pdb) = resources::pod_disruption_budget(cluster, voters) {
         let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
             Api::namespaced(ctx.client.clone(), &ns);
         if let Err(err) = pdbs
-            .patch(&pdb.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&pdb))
+            .patch(
+                &pdb.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&pdb),
+            )
             .await
         {
             tracing::warn!(cluster = %name, error = %err, "writing the PodDisruptionBudget failed");
@@ -173,7 +189,11 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
 async fn publish_events(e: &Evaluated, status: &EtcdClusterStatus, ctx: &Context) {
     let cluster = &e.observed.cluster;
     let reference = cluster.object_ref(&());
-    let prev = cluster.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let prev = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
     let mut events: Vec<KubeEvent> = conditions::transitions(prev, &status.conditions)
         .into_iter()
         .map(|t| KubeEvent {

@@ -6,11 +6,13 @@
 //! and PVC belong to its EtcdMember, so the garbage collector removes them
 //! with the member, and a dormant member keeps its PVC.
 
+mod member;
 mod pdb;
 mod pod;
 mod pvc;
 mod service;
 
+pub use member::{cluster_token, etcd_member};
 pub use pdb::pod_disruption_budget;
 pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod};
 pub use pvc::{member_pvc, pvc_name};

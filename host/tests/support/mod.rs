@@ -145,10 +145,19 @@ impl Env {
     }
 
     /// Polls the cluster until `pred` holds; panics with the last status.
-    pub async fn wait_for(&self, name: &str, what: &str, pred: impl Fn(&EtcdCluster) -> bool) -> EtcdCluster {
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        pred: impl Fn(&EtcdCluster) -> bool,
+    ) -> EtcdCluster {
         let start = Instant::now();
         loop {
-            let c = self.clusters().get(name).await.expect("reading the cluster");
+            let c = self
+                .clusters()
+                .get(name)
+                .await
+                .expect("reading the cluster");
             if pred(&c) {
                 return c;
             }
