@@ -269,7 +269,7 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
     };
     let mut message = String::with_capacity(200);
     let available = match obs.history.last_verified {
-        Some(at) if obs.now.saturating_sub(at) <= window_ms && previous(AVAILABLE).is_some() => {
+        Some(at) if age_ms(obs.now, at) <= window_ms && previous(AVAILABLE).is_some() => {
             let prev = previous(AVAILABLE).expect("checked above");
             message.push_str("not probed (");
             push_limited(&mut message, why, ERROR_EXCERPT);
@@ -278,20 +278,29 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
             let _ = write!(
                 message,
                 " ({}s ago, stale after {}s)",
-                obs.now.saturating_sub(at) / 1000,
+                age_ms(obs.now, at) / 1000,
                 settings.stale_after_seconds
             );
             Condition::new(AVAILABLE, prev.status, prev.reason.clone(), message)
         }
         Some(at) => {
+            let age = age_ms(obs.now, at);
             message.push_str("unverified since ");
             push_rfc3339(&mut message, at);
-            let _ = write!(
-                message,
-                " ({}s ago, stale after {}s): not probed (",
-                obs.now.saturating_sub(at) / 1000,
-                settings.stale_after_seconds
-            );
+            if age <= window_ms {
+                let _ = write!(
+                    message,
+                    " ({}s ago, no earlier Available condition to keep): not probed (",
+                    age / 1000
+                );
+            } else {
+                let _ = write!(
+                    message,
+                    " ({}s ago, stale after {}s): not probed (",
+                    age / 1000,
+                    settings.stale_after_seconds
+                );
+            }
             push_limited(&mut message, why, ERROR_EXCERPT);
             message.push(')');
             Condition::new(AVAILABLE, ConditionStatus::Unknown, "StatusStale", message)
@@ -341,6 +350,11 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
         requeue_after_ms: requeue_hint(false, settings),
         events: Vec::new(),
     }
+}
+
+/// Milliseconds from `then` to `now`; 0 if the host's clock went backwards.
+fn age_ms(now: i64, then: i64) -> i64 {
+    now.saturating_sub(then).max(0)
 }
 
 fn requeue_hint(verified: bool, settings: &Settings) -> Option<u32> {
@@ -394,11 +408,16 @@ fn degraded(
             problems.add("pod not Ready");
         }
         if let Some(report) = report {
-            let mut probes = report.endpoints.iter().filter(|p| p.member == member.name);
-            match probes.find_map(|p| match &p.outcome {
-                ProbeOutcome::Answered(s) => Some(Ok(s)),
-                ProbeOutcome::Failed(e) => Some(Err(e)),
-            }) {
+            let probes = || report.endpoints.iter().filter(|p| p.member == member.name);
+            // A member probed more than once is judged by an answer if any came.
+            let outcome = probes()
+                .find(|p| matches!(p.outcome, ProbeOutcome::Answered(_)))
+                .or_else(|| probes().next())
+                .map(|p| match &p.outcome {
+                    ProbeOutcome::Answered(s) => Ok(s),
+                    ProbeOutcome::Failed(e) => Err(e),
+                });
+            match outcome {
                 None => problems.add("not probed"),
                 Some(Err(error)) => problems.add_fmt(format_args!(
                     "etcd not answering ({})",
