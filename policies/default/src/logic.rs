@@ -204,7 +204,7 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
         );
         match leader {
             Some((id, votes)) if leader_quorum => {
-                let _ = write!(message, "; {votes} agree on leader {id:x}");
+                let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
             }
             _ => message.push_str("; a linearizable read succeeded"),
         }
@@ -228,14 +228,16 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
         match leader {
             None => message.push_str("; none knows a leader"),
             Some((id, votes)) => {
-                let _ = write!(message, "; {votes} agree on leader {id:x}");
+                let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
             }
         }
         if voters.known < voters.basis {
             let _ = write!(
                 message,
-                "; etcd has {} voting members but spec.replicas is {}",
-                voters.known, obs.spec.desired_replicas
+                "; etcd has {} voting member{} but spec.replicas is {}",
+                voters.known,
+                plural(voters.known),
+                obs.spec.desired_replicas
             );
         }
         if report
@@ -336,6 +338,12 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
                 degraded.reason.clone_from(&prev.reason);
                 degraded.message.clone_from(&available.message);
             }
+            // A kept Available with no Degraded to keep beside it.
+            None if available.status != ConditionStatus::Unknown => {
+                degraded.status = ConditionStatus::Unknown;
+                "NotProbed".clone_into(&mut degraded.reason);
+                degraded.message.clone_from(&available.message);
+            }
             _ => {
                 degraded.status = ConditionStatus::Unknown;
                 degraded.reason.clone_from(&available.reason);
@@ -350,6 +358,14 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
         requeue_after_ms: requeue_hint(false, settings),
         events: Vec::new(),
     }
+}
+
+fn agree(votes: usize) -> &'static str {
+    if votes == 1 { "agrees" } else { "agree" }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Milliseconds from `then` to `now`; 0 if the host's clock went backwards.
@@ -497,16 +513,12 @@ fn degraded(
         )
     } else {
         message.clear();
-        let _ = write!(
-            message,
-            "all {} members are Ready{}",
-            obs.members.len(),
-            if report.is_some() {
-                " and answer etcd"
-            } else {
-                ""
-            }
-        );
+        let _ = match (obs.members.len(), report.is_some()) {
+            (1, true) => write!(message, "the 1 member is Ready and answers etcd"),
+            (1, false) => write!(message, "the 1 member is Ready"),
+            (n, true) => write!(message, "all {n} members are Ready and answer etcd"),
+            (n, false) => write!(message, "all {n} members are Ready"),
+        };
         Condition::new(DEGRADED, ConditionStatus::False, "MembersHealthy", message)
     }
 }
