@@ -217,8 +217,11 @@ pub trait EtcdApi: Send + Sync {
     ) -> Result<Vec<EtcdMember>, RpcError>;
 
     /// Returns etcd's member list after the removal.
-    async fn member_remove(&self, endpoints: &[String], id: u64)
-    -> Result<Vec<EtcdMember>, RpcError>;
+    async fn member_remove(
+        &self,
+        endpoints: &[String],
+        id: u64,
+    ) -> Result<Vec<EtcdMember>, RpcError>;
 
     // Auth calls (enable auth, users, roles) belong here, each with its
     // own `Rpc` variant, when auth support lands.

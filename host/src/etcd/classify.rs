@@ -171,11 +171,26 @@ mod tests {
     #[test]
     fn grpc_codes_and_texts_map_to_kinds() {
         let cases = [
-            (tonic::Status::unauthenticated("etcdserver: invalid auth token"), ProbeErrorKind::Auth),
-            (tonic::Status::permission_denied("etcdserver: permission denied"), ProbeErrorKind::Auth),
-            (tonic::Status::deadline_exceeded("context deadline exceeded"), ProbeErrorKind::Timeout),
-            (tonic::Status::cancelled("Timeout expired"), ProbeErrorKind::Timeout),
-            (tonic::Status::unavailable("etcdserver: leader changed"), ProbeErrorKind::Other),
+            (
+                tonic::Status::unauthenticated("etcdserver: invalid auth token"),
+                ProbeErrorKind::Auth,
+            ),
+            (
+                tonic::Status::permission_denied("etcdserver: permission denied"),
+                ProbeErrorKind::Auth,
+            ),
+            (
+                tonic::Status::deadline_exceeded("context deadline exceeded"),
+                ProbeErrorKind::Timeout,
+            ),
+            (
+                tonic::Status::cancelled("Timeout expired"),
+                ProbeErrorKind::Timeout,
+            ),
+            (
+                tonic::Status::unavailable("etcdserver: leader changed"),
+                ProbeErrorKind::Other,
+            ),
         ];
         for (status, want) in cases {
             let (kind, _) = classify(&etcd_client::Error::GRpcStatus(status.clone()));

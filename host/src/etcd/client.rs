@@ -231,7 +231,11 @@ impl EtcdApi for EtcdClient {
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {
         let resp = self
-            .call(Rpc::Status, endpoint, |mut c| async move { c.status().await })
+            .call(
+                Rpc::Status,
+                endpoint,
+                |mut c| async move { c.status().await },
+            )
             .await?;
         let header = resp.header();
         let member_id = header.map_or(0, |h| h.member_id());

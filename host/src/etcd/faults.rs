@@ -250,7 +250,8 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {
         let eps = [endpoint.to_owned()];
-        self.run(Rpc::Status, &eps, self.inner.status(endpoint)).await
+        self.run(Rpc::Status, &eps, self.inner.status(endpoint))
+            .await
     }
 
     async fn member_list(&self, endpoint: &str) -> Result<Vec<EtcdMember>, RpcError> {

@@ -14,4 +14,4 @@ mod faults;
 pub use api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo, kind_str};
 pub use classify::redact;
 pub use client::{ClientConfig, DEFAULT_DEADLINE, EtcdClient, alarms_for};
-pub use faults::{Failure, Fault, FaultyEtcd, Faults, SuccessHook, Times};
+pub use faults::{Failure, Fault, Faults, FaultyEtcd, SuccessHook, Times};

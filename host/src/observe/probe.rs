@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use steward_policy_sdk::{
-    EndpointProbe, MemberListOutcome, ProbeError, ProbeErrorKind, ProbeOutcome,
-    ProbeReport, QuorumReadOutcome,
+    EndpointProbe, MemberListOutcome, ProbeError, ProbeErrorKind, ProbeOutcome, ProbeReport,
+    QuorumReadOutcome,
 };
 use tokio::time::Instant;
 
