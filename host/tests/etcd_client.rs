@@ -128,7 +128,7 @@ async fn learner_is_added_caught_up_promoted_and_a_member_removed() {
             format!("{name}={}", m.peer_urls[0])
         })
         .collect();
-    let learner = EtcdProcess::spawn("m3", ip, &initial.join(","), "existing", peer);
+    let learner = EtcdProcess::spawn("m3", ip, &initial.join(","), "existing", peer, &[]);
 
     let leader_url = eventually(Duration::from_secs(20), "learner caught up", || {
         let (api, endpoints, learner_url) = (&api, &endpoints, learner.client_url.clone());
@@ -296,4 +296,37 @@ async fn credentials_in_an_endpoint_never_reach_the_message() {
     let text = err.to_string();
     assert!(!text.contains("hunter2"), "{text}");
     assert!(!err.to_probe_error().message.contains("hunter2"));
+}
+
+/// A full backend raises NOSPACE; Status carries it, attributed to the
+/// member, and nothing else is mistaken for an alarm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nospace_alarm_shows_in_status() {
+    let cluster = Cluster::start_with(1, &["--quota-backend-bytes", "100000"]).await;
+    let api = client(Duration::from_secs(2));
+    let url = &cluster.members[0].client_url;
+    assert_eq!(api.status(url).await.unwrap().alarms, []);
+
+    let mut kv = etcd_client::Client::connect([url], None).await.unwrap();
+    let value = vec![b'x'; 20_000];
+    let mut refused = false;
+    // The size check sees the backend after each batch commit (100 ms).
+    for i in 0..100 {
+        if kv.put(format!("k{i}"), value.clone(), None).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert!(refused, "the quota should fill up");
+
+    let status = api.status(url).await.unwrap();
+    eprintln!("{:?}", status.errors);
+    assert_eq!(status.alarms, [steward_policy_sdk::AlarmKind::Nospace]);
+    assert!(
+        status
+            .errors
+            .iter()
+            .any(|e| e.contains(&status.member_id.to_string()))
+    );
 }

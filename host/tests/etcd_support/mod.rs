@@ -65,6 +65,7 @@ impl EtcdProcess {
         initial_cluster: &str,
         state: &str,
         peer: SocketAddr,
+        extra_args: &[&str],
     ) -> Self {
         let client = free_addr(ip);
         let client_url = format!("http://{client}");
@@ -92,6 +93,7 @@ impl EtcdProcess {
             .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
             .arg("--unsafe-no-fsync")
             .args(["--log-level", "warn"])
+            .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -178,6 +180,11 @@ impl Cluster {
     /// Starts an `n`-member cluster and waits until every member answers
     /// Status and a quorum read succeeds.
     pub async fn start(n: usize) -> Self {
+        Self::start_with(n, &[]).await
+    }
+
+    /// As [`Cluster::start`], passing `extra_args` to every member.
+    pub async fn start_with(n: usize, extra_args: &[&str]) -> Self {
         let ips: Vec<Ipv4Addr> = (0..n).map(loopback).collect();
         let peers: Vec<SocketAddr> = ips.iter().map(|ip| free_addr(*ip)).collect();
         let initial: Vec<String> = peers
@@ -187,7 +194,16 @@ impl Cluster {
             .collect();
         let initial = initial.join(",");
         let members = (0..n)
-            .map(|i| EtcdProcess::spawn(&format!("m{i}"), ips[i], &initial, "new", peers[i]))
+            .map(|i| {
+                EtcdProcess::spawn(
+                    &format!("m{i}"),
+                    ips[i],
+                    &initial,
+                    "new",
+                    peers[i],
+                    extra_args,
+                )
+            })
             .collect();
         let cluster = Self { members };
         cluster.wait_healthy(Duration::from_secs(30)).await;
