@@ -309,3 +309,53 @@ async fn hangs_after_status_are_bounded_too() {
     // uses it up, so no second endpoint is tried.
     assert_eq!(faults.calls(Rpc::MemberList), 1);
 }
+
+/// The leader freezes: its endpoint times out, the followers still answer
+/// and list the members, and once they elect a new leader (one election
+/// timeout, 1 s here) the quorum read succeeds through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_times_out_and_the_rest_keep_quorum() {
+    let cluster = Cluster::start(3).await;
+    let leader = leader_url(&cluster).await;
+    let frozen = cluster
+        .members
+        .iter()
+        .find(|m| m.client_url == leader)
+        .unwrap();
+    let targets = targets(&cluster);
+    let api = api();
+    let old_leader = api.status(&leader).await.unwrap().member_id;
+    frozen.freeze();
+
+    let report = probe_cluster(&api, &targets, DEADLINE).await;
+    assert_eq!(answered(&report), 2);
+    assert_eq!(failures(&report), [ProbeErrorKind::Timeout]);
+    let probe = report
+        .endpoints
+        .iter()
+        .find(|e| e.endpoint == leader)
+        .unwrap();
+    assert!(matches!(&probe.outcome, ProbeOutcome::Failed(e) if e.kind == ProbeErrorKind::Timeout));
+    assert_eq!(listed(&report), 3);
+
+    let report = etcd_support::eventually(Duration::from_secs(15), "new leader", || {
+        let (api, targets) = (&api, &targets);
+        async move {
+            let r = probe_cluster(api, targets, DEADLINE).await;
+            (r.quorum_read == QuorumReadOutcome::Succeeded).then_some(r)
+        }
+    })
+    .await;
+    frozen.thaw();
+    assert_eq!(answered(&report), 2);
+    let new_leaders: Vec<u64> = report
+        .endpoints
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            ProbeOutcome::Answered(s) => Some(s.leader_id),
+            _ => None,
+        })
+        .collect();
+    assert_ne!(new_leaders[0], old_leader);
+    assert!(new_leaders.iter().all(|l| *l == new_leaders[0]));
+}
