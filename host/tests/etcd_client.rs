@@ -330,3 +330,23 @@ async fn a_nospace_alarm_shows_in_status() {
             .any(|e| e.contains(&status.member_id.to_string()))
     );
 }
+
+/// Endpoints are usually names (a member's headless-Service DNS name); they
+/// are resolved on every call, and a name that resolves keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_reached_by_name() {
+    let ip = std::net::Ipv4Addr::LOCALHOST;
+    let peer = free_addr(ip);
+    let member = EtcdProcess::spawn("solo", ip, &format!("solo=http://{peer}"), "new", peer, &[]);
+    let by_name = member.client_url.replace("127.0.0.1", "localhost");
+    let api = client(Duration::from_secs(2));
+    let status = eventually(Duration::from_secs(20), "solo up", || async {
+        api.status(&by_name).await.ok()
+    })
+    .await;
+    assert!(status.is_leader());
+    let members = api.member_list(&by_name).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].name, "solo");
+    api.quorum_read(&by_name).await.unwrap();
+}
