@@ -1,4 +1,6 @@
-//! [`EtcdApi`] over etcd-client: one lazily connected channel per endpoint.
+//! [`EtcdApi`] over etcd-client: one lazily connected channel per endpoint,
+//! dialled afresh when the endpoint's name resolves differently or after a
+//! timeout.
 //!
 //! Not etcd-client's balanced multi-endpoint client: behind a balancer a
 //! dead endpoint is silently dropped and requests wait for a healthy one,
@@ -9,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -51,7 +54,13 @@ impl Default for ClientConfig {
 
 pub struct EtcdClient {
     config: ClientConfig,
-    clients: Mutex<HashMap<String, Client>>,
+    clients: Mutex<HashMap<String, Cached>>,
+}
+
+struct Cached {
+    /// What the endpoint's host resolved to when the client was made.
+    addrs: Vec<SocketAddr>,
+    client: Client,
 }
 
 impl EtcdClient {
@@ -62,27 +71,49 @@ impl EtcdClient {
         }
     }
 
-    /// The cached client for `endpoint`, created on first use. Creating one
-    /// does no I/O (the channel connects lazily), so the lock is never held
-    /// across a network wait.
+    /// The cached client for `endpoint`, created on first use and replaced
+    /// when the endpoint's name resolves to other addresses.
+    ///
+    /// The name is resolved on every call, although the channel would only
+    /// resolve it when it reconnects: an established HTTP/2 connection
+    /// outlives its DNS record, so a member whose name stopped resolving, or
+    /// now resolves to a new Pod's IP, would otherwise keep answering (or
+    /// hanging) on a connection that no new client could open. Creating a
+    /// client does no I/O (the channel connects lazily), so the lock is never
+    /// held across a network wait.
     async fn client(&self, rpc: Rpc, endpoint: &str) -> Result<Client, RpcError> {
-        if let Some(c) = self.lock().get(endpoint) {
-            return Ok(c.clone());
-        }
-        let channel = self.endpoint(endpoint).map_err(|message| {
+        let ep = self.endpoint(endpoint).map_err(|message| {
             RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
         })?;
+        let addrs = resolve(ep.uri()).await.map_err(|message| {
+            RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Dns, message)
+        })?;
+        if let Some(cached) = self.lock().get(endpoint)
+            && cached.addrs == addrs
+        {
+            return Ok(cached.client.clone());
+        }
         let client = Client::from_channel(
-            etcd_client::Channel::Tonic(channel.connect_lazy()),
+            etcd_client::Channel::Tonic(ep.connect_lazy()),
             Some(ConnectOptions::new().with_timeout(self.config.deadline)),
         )
         .await
         .map_err(|e| rpc_error(rpc, endpoint, &e))?;
-        Ok(self
-            .lock()
-            .entry(endpoint.to_owned())
-            .or_insert(client)
-            .clone())
+        self.lock().insert(
+            endpoint.to_owned(),
+            Cached {
+                addrs,
+                client: client.clone(),
+            },
+        );
+        Ok(client)
+    }
+
+    /// Drops the cached channel, so the next call dials afresh. Called after
+    /// a timeout: a connection whose peer vanished without a reset (a deleted
+    /// Pod's IP) would otherwise hang every call until TCP gives up.
+    fn forget(&self, endpoint: &str) {
+        self.lock().remove(endpoint);
     }
 
     fn endpoint(&self, endpoint: &str) -> Result<Endpoint, String> {
@@ -105,7 +136,7 @@ impl EtcdClient {
         Ok(ep)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
         // A panic elsewhere while holding the lock leaves the map intact.
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -123,7 +154,7 @@ impl EtcdClient {
             let client = self.client(rpc, endpoint).await?;
             f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
         };
-        match tokio::time::timeout(deadline, attempt).await {
+        let result = match tokio::time::timeout(deadline, attempt).await {
             Ok(result) => result,
             Err(_) => Err(RpcError::new(
                 rpc,
@@ -131,7 +162,11 @@ impl EtcdClient {
                 ProbeErrorKind::Timeout,
                 format!("no answer within {deadline:?}"),
             )),
+        };
+        if matches!(&result, Err(e) if e.kind == ProbeErrorKind::Timeout) {
+            self.forget(endpoint);
         }
+        result
     }
 
     /// A membership change, tried on each endpoint in turn while the failure
@@ -159,6 +194,33 @@ impl EtcdClient {
             )),
         }
     }
+}
+
+/// The addresses `uri`'s host stands for, sorted. An IP literal needs no
+/// lookup. Every failure here is a name-resolution failure.
+async fn resolve(uri: &tonic::transport::Uri) -> Result<Vec<SocketAddr>, String> {
+    let host = uri.host().unwrap_or_default();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let literal = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("dns error: failed to lookup address {host}: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("dns error: {host} has no address"));
+    }
+    addrs.sort();
+    addrs.dedup();
+    Ok(addrs)
 }
 
 fn never_reached_server(kind: ProbeErrorKind) -> bool {
