@@ -368,7 +368,7 @@ mod tests {
     fn no_removal_without_a_quorum_that_agrees_on_a_leader() {
         let r = report(&[(1, 1), (2, 1)], &FIVE);
         assert!(matches!(removal_decision(&r, "e"), Removal::Refuse(_)));
-        let split = report(&[(1, 1), (2, 1), (3, 3)], &FIVE[..3]);
+        let split = report(&[(1, 1), (2, 2), (3, 3)], &FIVE[..3]);
         assert!(matches!(removal_decision(&split, "c"), Removal::Refuse(_)));
     }
 
