@@ -687,14 +687,23 @@ impl Worker {
                 }
             };
             let mut finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
-            if finalizers.iter().any(|f| f == FINALIZER) || pod.metadata.deletion_timestamp.is_some() {
+            let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+            let held = finalizers.iter().any(|f| f == FINALIZER);
+            if (held && bound) || pod.metadata.deletion_timestamp.is_some() {
                 return;
             }
-            finalizers.push(FINALIZER.to_string());
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pod.metadata.resource_version}});
+            if !held {
+                finalizers.push(FINALIZER.to_string());
+            }
+            // Binding the Pod to this node, as a scheduler would, gives it the
+            // API server's graceful deletion (a deletionGracePeriodSeconds).
+            let mut patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pod.metadata.resource_version}});
+            if !bound {
+                patch["spec"] = json!({"nodeName": super::NODE_NAME});
+            }
             match api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => return,
-                Err(e) => tracing::debug!("adding the kubelet finalizer to {}/{}: {e}", self.ns, self.name),
+                Err(e) => tracing::debug!("binding {}/{} to the local node: {e}", self.ns, self.name),
             }
         }
         tracing::warn!("could not add the kubelet finalizer to {}/{}", self.ns, self.name);
