@@ -6,3 +6,4 @@ pub mod etcd_bin;
 pub mod hosts;
 pub mod kubelet;
 pub mod namespace;
+pub mod control_plane;

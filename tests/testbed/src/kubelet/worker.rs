@@ -407,10 +407,20 @@ impl Worker {
         self.ready = false;
         self.readiness = None;
         self.liveness = None;
-        let (code, signal) = match r {
+        let (mut code, mut signal) = match r {
             Ok(s) => (s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)), s.signal()),
             Err(_) => (-1, None),
         };
+        let mut note = None;
+        if signal == Some(Signal::SIGTERM as i32) && self.stopping.is_some() {
+            // etcd handles SIGTERM by stopping cleanly and then re-raising it
+            // on itself, unless it is PID 1, where it exits 0. In a container
+            // it is PID 1; here it is not, so the exit a container would
+            // report for the SIGTERM we sent is 0.
+            code = 0;
+            signal = None;
+            note = Some("stopped on SIGTERM; recorded as exit 0, as etcd exits when it is a container's PID 1");
+        }
         let ran_for = self.started_instant.map(|s| s.elapsed()).unwrap_or_default();
         let mut terminated = json!({
             "exitCode": code,
@@ -423,6 +433,9 @@ impl Worker {
             terminated["signal"] = json!(sig);
             let name = Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("unknown signal");
             terminated["message"] = json!(format!("killed by {name}"));
+        }
+        if let Some(note) = note {
+            terminated["message"] = json!(note);
         }
         tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ?pid, code, ?signal, "etcd exited");
         self.terminated = Some(json!({ "terminated": terminated }));
