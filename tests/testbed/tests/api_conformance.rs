@@ -461,9 +461,9 @@ async fn server_side_apply_merges_and_reports_conflicts() {
     assert_eq!(managers, ["one"]);
 
     // another manager may add fields without a conflict
-    let theirs = json!({"apiVersion": "conformance.testbed.io/v1", "kind": "Sample", "metadata": {"name": "ssa"}, "spec": {"mode": "fast"}});
+    let theirs = json!({"apiVersion": "conformance.testbed.io/v1", "kind": "Sample", "metadata": {"name": "ssa"}, "spec": {"version": "3.5.2"}});
     let s = api.patch("ssa", &PatchParams::apply("two"), &Patch::Apply(&theirs)).await.unwrap();
-    assert_eq!((s.data["spec"]["size"].clone(), s.data["spec"]["mode"].clone()), (json!(3), json!("fast")));
+    assert_eq!((s.data["spec"]["size"].clone(), s.data["spec"]["version"].clone()), (json!(3), json!("3.5.2")));
     assert_eq!(s.labels().get("by").map(String::as_str), Some("one"), "fields the patch does not mention survive");
 
     // but changing a field "one" owns is a conflict unless forced
@@ -529,11 +529,20 @@ async fn injected_failures_hit_the_next_n_requests_only() {
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let faults = server.faults();
 
+    // kube's default client retries a 429 (honouring Retry-After) ...
     faults.fail_next(Verb::Create, "configmaps", 1, FailWith::TooManyRequests);
-    let err = api_error(cms.create(&PostParams::default(), &cm("x", &[])).await.unwrap_err());
+    cms.create(&PostParams::default(), &cm("retried", &[])).await.unwrap();
+    assert_eq!(faults.injected(), 1);
+    // ... so see the 429 itself through a client without retries
+    let mut config = kube::Config::new(server.url().parse().unwrap());
+    config.default_retry = false;
+    let raw: Api<ConfigMap> = Api::default_namespaced(Client::try_from(config).unwrap());
+    faults.fail_next(Verb::Create, "configmaps", 1, FailWith::TooManyRequests);
+    let err = api_error(raw.create(&PostParams::default(), &cm("x", &[])).await.unwrap_err());
     assert_eq!((err.code, err.reason.as_str()), (429, "TooManyRequests"));
     assert!(cms.get_opt("x").await.unwrap().is_none(), "the failed create wrote nothing");
     cms.create(&PostParams::default(), &cm("x", &[])).await.unwrap();
+    cms.delete("retried", &DeleteParams::default()).await.unwrap();
 
     faults.fail_next(Verb::List, "configmaps", 2, FailWith::Internal);
     for _ in 0..2 {
@@ -551,7 +560,7 @@ async fn injected_failures_hit_the_next_n_requests_only() {
     faults.fail_next(Verb::Get, "configmaps", 1, FailWith::Internal);
     cms.delete("x", &DeleteParams::default()).await.unwrap();
     assert_eq!(api_error(cms.get("x").await.unwrap_err()).code, 500);
-    assert_eq!(faults.injected(), 5);
+    assert_eq!(faults.injected(), 6);
     assert_eq!(faults.pending(), 1);
     faults.clear();
     assert_eq!(faults.pending(), 0);

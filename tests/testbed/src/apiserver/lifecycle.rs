@@ -460,7 +460,11 @@ impl Store {
         if opts.propagation == Propagation::Foreground && !fins.iter().any(|f| f == FOREGROUND) && self.has_dependents(&uid) {
             fins.push(FOREGROUND.into());
         }
-        if fins.is_empty() && grace == 0 {
+        // A namespace with contents terminates first: GC empties it, then removes it.
+        let busy_namespace = rt.group.is_empty()
+            && rt.plural == "namespaces"
+            && self.all().any(|(_, o)| meta_str(o, "namespace") == Some(name));
+        if fins.is_empty() && grace == 0 && !busy_namespace {
             let gone = self.remove(&key, ns, name).expect("object exists");
             self.after_remove(rt, &gone);
             return Ok(gone);

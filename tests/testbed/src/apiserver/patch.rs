@@ -51,7 +51,16 @@ pub fn apply_patch(target: &Value, patch: &Value, ty: PatchType) -> ApiResult<Va
     match ty {
         PatchType::Merge => json_patch::merge(&mut doc, patch),
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+            // Like the apiserver's JSON patch library, a `test` for null
+            // passes on a missing path (kube-runtime's finalizer relies on it).
+            let mut ops_json = patch.clone();
+            if let Some(list) = ops_json.as_array_mut() {
+                list.retain(|op| {
+                    let null_test = op["op"] == "test" && op.get("value").is_none_or(Value::is_null);
+                    !(null_test && op["path"].as_str().is_some_and(|p| doc.pointer(p).is_none_or(Value::is_null)))
+                });
+            }
+            let ops: json_patch::Patch = serde_json::from_value(ops_json)
                 .map_err(|e| ApiError::bad_request(format!("the JSON patch is malformed: {e}")))?;
             json_patch::patch(&mut doc, &ops).map_err(|e| {
                 ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}"))
