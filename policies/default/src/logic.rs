@@ -204,7 +204,7 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
         );
         match leader {
             Some((id, votes)) if leader_quorum => {
-                let _ = write!(message, "; {votes} agree on leader {id:x}");
+                let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
             }
             _ => message.push_str("; a linearizable read succeeded"),
         }
@@ -228,14 +228,16 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
         match leader {
             None => message.push_str("; none knows a leader"),
             Some((id, votes)) => {
-                let _ = write!(message, "; {votes} agree on leader {id:x}");
+                let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
             }
         }
         if voters.known < voters.basis {
             let _ = write!(
                 message,
-                "; etcd has {} voting members but spec.replicas is {}",
-                voters.known, obs.spec.desired_replicas
+                "; etcd has {} voting member{} but spec.replicas is {}",
+                voters.known,
+                plural(voters.known),
+                obs.spec.desired_replicas
             );
         }
         if report
@@ -269,7 +271,7 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
     };
     let mut message = String::with_capacity(200);
     let available = match obs.history.last_verified {
-        Some(at) if obs.now.saturating_sub(at) <= window_ms && previous(AVAILABLE).is_some() => {
+        Some(at) if age_ms(obs.now, at) <= window_ms && previous(AVAILABLE).is_some() => {
             let prev = previous(AVAILABLE).expect("checked above");
             message.push_str("not probed (");
             push_limited(&mut message, why, ERROR_EXCERPT);
@@ -278,20 +280,29 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
             let _ = write!(
                 message,
                 " ({}s ago, stale after {}s)",
-                obs.now.saturating_sub(at) / 1000,
+                age_ms(obs.now, at) / 1000,
                 settings.stale_after_seconds
             );
             Condition::new(AVAILABLE, prev.status, prev.reason.clone(), message)
         }
         Some(at) => {
+            let age = age_ms(obs.now, at);
             message.push_str("unverified since ");
             push_rfc3339(&mut message, at);
-            let _ = write!(
-                message,
-                " ({}s ago, stale after {}s): not probed (",
-                obs.now.saturating_sub(at) / 1000,
-                settings.stale_after_seconds
-            );
+            if age <= window_ms {
+                let _ = write!(
+                    message,
+                    " ({}s ago, no earlier Available condition to keep): not probed (",
+                    age / 1000
+                );
+            } else {
+                let _ = write!(
+                    message,
+                    " ({}s ago, stale after {}s): not probed (",
+                    age / 1000,
+                    settings.stale_after_seconds
+                );
+            }
             push_limited(&mut message, why, ERROR_EXCERPT);
             message.push(')');
             Condition::new(AVAILABLE, ConditionStatus::Unknown, "StatusStale", message)
@@ -327,6 +338,12 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
                 degraded.reason.clone_from(&prev.reason);
                 degraded.message.clone_from(&available.message);
             }
+            // A kept Available with no Degraded to keep beside it.
+            None if available.status != ConditionStatus::Unknown => {
+                degraded.status = ConditionStatus::Unknown;
+                "NotProbed".clone_into(&mut degraded.reason);
+                degraded.message.clone_from(&available.message);
+            }
             _ => {
                 degraded.status = ConditionStatus::Unknown;
                 degraded.reason.clone_from(&available.reason);
@@ -341,6 +358,19 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
         requeue_after_ms: requeue_hint(false, settings),
         events: Vec::new(),
     }
+}
+
+fn agree(votes: usize) -> &'static str {
+    if votes == 1 { "agrees" } else { "agree" }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Milliseconds from `then` to `now`; 0 if the host's clock went backwards.
+fn age_ms(now: i64, then: i64) -> i64 {
+    now.saturating_sub(then).max(0)
 }
 
 fn requeue_hint(verified: bool, settings: &Settings) -> Option<u32> {
@@ -394,11 +424,16 @@ fn degraded(
             problems.add("pod not Ready");
         }
         if let Some(report) = report {
-            let mut probes = report.endpoints.iter().filter(|p| p.member == member.name);
-            match probes.find_map(|p| match &p.outcome {
-                ProbeOutcome::Answered(s) => Some(Ok(s)),
-                ProbeOutcome::Failed(e) => Some(Err(e)),
-            }) {
+            let probes = || report.endpoints.iter().filter(|p| p.member == member.name);
+            // A member probed more than once is judged by an answer if any came.
+            let outcome = probes()
+                .find(|p| matches!(p.outcome, ProbeOutcome::Answered(_)))
+                .or_else(|| probes().next())
+                .map(|p| match &p.outcome {
+                    ProbeOutcome::Answered(s) => Ok(s),
+                    ProbeOutcome::Failed(e) => Err(e),
+                });
+            match outcome {
                 None => problems.add("not probed"),
                 Some(Err(error)) => problems.add_fmt(format_args!(
                     "etcd not answering ({})",
@@ -478,16 +513,12 @@ fn degraded(
         )
     } else {
         message.clear();
-        let _ = write!(
-            message,
-            "all {} members are Ready{}",
-            obs.members.len(),
-            if report.is_some() {
-                " and answer etcd"
-            } else {
-                ""
-            }
-        );
+        let _ = match (obs.members.len(), report.is_some()) {
+            (1, true) => write!(message, "the 1 member is Ready and answers etcd"),
+            (1, false) => write!(message, "the 1 member is Ready"),
+            (n, true) => write!(message, "all {n} members are Ready and answer etcd"),
+            (n, false) => write!(message, "all {n} members are Ready"),
+        };
         Condition::new(DEGRADED, ConditionStatus::False, "MembersHealthy", message)
     }
 }

@@ -38,8 +38,19 @@ impl Settings {
     /// Parses settings JSON text and checks ranges; the error is shown to users as is.
     pub fn parse(json: &str) -> Result<Self, String> {
         let text = if json.trim().is_empty() { "{}" } else { json };
+        // serde would also read a struct from a JSON array; settings are an object.
+        if !text.trim_start().starts_with('{') {
+            return Err("invalid settings: expected a JSON object".to_owned());
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
         let settings: Settings =
-            serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+            serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                match e.path().to_string().as_str() {
+                    "." => format!("invalid settings: {}", e.inner()),
+                    path => format!("invalid settings: {path}: {}", e.inner()),
+                }
+            })?;
+        de.end().map_err(|e| format!("invalid settings: {e}"))?;
         settings.validate()?;
         Ok(settings)
     }
@@ -112,7 +123,19 @@ mod tests {
     #[test]
     fn wrong_type_is_named() {
         let err = Settings::parse(r#"{"staleAfterSeconds": "30s"}"#).unwrap_err();
-        assert!(err.contains("invalid type"), "{err}");
+        assert!(
+            err.starts_with("invalid settings: staleAfterSeconds: invalid type"),
+            "{err}"
+        );
+        let err = Settings::parse(r#"{"staleAfterSeconds": -1}"#).unwrap_err();
+        assert!(
+            err.starts_with("invalid settings: staleAfterSeconds: invalid value"),
+            "{err}"
+        );
+        let err = Settings::parse("[1]").unwrap_err();
+        assert_eq!(err, "invalid settings: expected a JSON object");
+        let err = Settings::parse("{} x").unwrap_err();
+        assert!(err.contains("trailing characters"), "{err}");
     }
 
     #[test]
