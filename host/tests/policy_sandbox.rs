@@ -154,6 +154,16 @@ fn infinite_loop_is_stopped_by_the_deadline() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
+/// A host call cannot be interrupted by the epoch deadline, so a sleep must
+/// be refused rather than waited out.
+#[test]
+fn sleeping_is_refused() {
+    let started = Instant::now();
+    let evaluation = run_fault("sleep");
+    assert_fallback(&evaluation, ErrorKind::Trap, "policies may not block");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
 #[test]
 fn memory_hog_hits_the_cap() {
     assert_fallback(&run_fault("memory"), ErrorKind::Memory, "memory cap");
