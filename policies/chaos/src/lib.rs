@@ -43,6 +43,7 @@ const FAULTS: &[&str] = &[
     "socket",
     "dns",
     "clock",
+    "sleep",
     "stdout-flood",
     "count",
 ];
@@ -167,6 +168,10 @@ impl Guest for Chaos {
                 let elapsed = start.elapsed().as_nanos();
                 let message = format!("clock: wall={wall}ms monotonic-elapsed={elapsed}ns");
                 verdict(&observation, ConditionStatus::True, message)
+            }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                verdict(&observation, ConditionStatus::True, "slept".to_owned())
             }
             "stdout-flood" => {
                 use std::io::Write;

@@ -1,0 +1,272 @@
+//! `etcd-steward policy test|eval|inspect`, run as the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_etcd-steward");
+const CHAOS_WASM: &str = env!("STEWARD_CHAOS_POLICY_WASM");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn steward(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(repo())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Bad input: a non-zero exit and exactly one `error:` line, never a panic.
+fn assert_one_error_line(o: &Output, mentions: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "should fail; stdout: {}", stdout(o));
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(
+        lines[0].contains(mentions),
+        "{err} should mention {mentions:?}"
+    );
+}
+
+fn write(dir: &Path, name: &str, contents: &[u8]) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+const OBSERVATION: &str = r#"
+spec: {desiredReplicas: 1}
+members:
+  - {name: etcd-0, podPhase: Running, podReady: true}
+probing:
+  attempted:
+    endpoints:
+      - member: etcd-0
+        outcome: {answered: {memberId: "1", leaderId: "1"}}
+    quorumRead: succeeded
+now: 1780000000000
+"#;
+
+#[test]
+fn default_policy_passes_its_own_suite() {
+    let o = steward(&["policy", "test", "policies/default/tests"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let last = out.lines().last().unwrap_or_default();
+    let (passed, failed) = last
+        .split_once(" passed, ")
+        .and_then(|(p, f)| {
+            Some((
+                p.parse::<u32>().ok()?,
+                f.strip_suffix(" failed")?.parse::<u32>().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("last line {last:?} is not `N passed, M failed`"));
+    assert_eq!(failed, 0, "{out}");
+    assert!(passed > 0, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok   ")).count(),
+        passed as usize
+    );
+}
+
+#[test]
+fn failing_case_is_reported_and_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = format!(
+        "cases:\n  - name: claims the wrong thing\n    observation:\n{}\n    expect:\n      conditions:\n        - {{type: Available, status: \"False\", reason: Nope}}\n      readyMembers: 0\n  - name: right\n    observation:\n{}\n    expect:\n      conditions:\n        - {{type: Available, status: \"True\"}}\n",
+        indent(OBSERVATION, 6),
+        indent(OBSERVATION, 6)
+    );
+    let file = write(dir.path(), "cases.yaml", cases.as_bytes());
+    let o = steward(&["policy", "test", "--policy", CHAOS_WASM, &file]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains(&format!("FAIL {file}: claims the wrong thing")),
+        "{out}"
+    );
+    assert!(
+        out.contains("Available.status: expected False, got True"),
+        "{out}"
+    );
+    assert!(out.contains("readyMembers: expected 0, got 1"), "{out}");
+    assert!(out.contains(&format!("ok   {file}: right")), "{out}");
+    assert_eq!(out.lines().last(), Some("1 passed, 1 failed"));
+
+    let o = steward(&[
+        "policy", "test", "--policy", CHAOS_WASM, "--run", "^ri", &file,
+    ]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert_eq!(stdout(&o).lines().last(), Some("1 passed, 0 failed"));
+}
+
+#[test]
+fn policy_failure_fails_the_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = format!(
+        "cases:\n  - name: traps\n    settings: {{fault: trap}}\n    observation:\n{}\n    expect:\n      conditions:\n        - {{type: Available, status: Unknown, reason: PolicyFailed}}\n",
+        indent(OBSERVATION, 6)
+    );
+    let file = write(dir.path(), "trap.yaml", cases.as_bytes());
+    let o = steward(&["policy", "test", "--policy", CHAOS_WASM, &file]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("policy failed (Trap)"), "{out}");
+    assert_eq!(out.lines().last(), Some("0 passed, 1 failed"));
+}
+
+#[test]
+fn unparsable_case_file_names_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "broken.yaml",
+        b"cases:\n  - name: typo\n    observation:\n      spec: {desiredReplicas: three}\n      probing: {skipped: no}\n      now: 0\n    expect: {}\n",
+    );
+    let o = steward(&["policy", "test", &file]);
+    assert_one_error_line(&o, &format!("{file}:4:"));
+    assert!(stderr(&o).contains("desiredReplicas"), "{}", stderr(&o));
+}
+
+#[test]
+fn eval_prints_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(dir.path(), "obs.yaml", OBSERVATION.as_bytes());
+    let o = steward(&["policy", "eval", "--policy", CHAOS_WASM, "--input", &input]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let yaml = stdout(&o);
+    assert!(yaml.contains("readyMembers: 1"), "{yaml}");
+    assert!(yaml.contains("reason: Chaos"), "{yaml}");
+
+    let o = steward(&[
+        "policy", "eval", "--policy", CHAOS_WASM, "--input", &input, "-o", "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let verdict: steward_policy_sdk::Verdict = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(verdict.ready_members, 1);
+    assert!(verdict.verified);
+
+    // The embedded default policy, with no --policy.
+    let o = steward(&["policy", "eval", "--input", &input, "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let verdict: steward_policy_sdk::Verdict = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(verdict.condition("Available").is_some());
+}
+
+#[test]
+fn eval_of_a_failing_policy_prints_the_fallback_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(
+        dir.path(),
+        "obs.yaml",
+        format!("{OBSERVATION}settings: '{{\"fault\": \"loop\"}}'\n").as_bytes(),
+    );
+    let o = steward(&[
+        "policy", "eval", "--policy", CHAOS_WASM, "--input", &input, "-o", "json",
+    ]);
+    assert!(!o.status.success());
+    let verdict: steward_policy_sdk::Verdict = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        verdict.condition("Available").unwrap().reason,
+        "PolicyFailed"
+    );
+    assert_one_error_line(&o, "(Deadline)");
+}
+
+#[test]
+fn eval_rejects_settings_the_policy_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(
+        dir.path(),
+        "obs.yaml",
+        format!("{OBSERVATION}settings: '{{\"fault\": \"nonsense\"}}'\n").as_bytes(),
+    );
+    let o = steward(&["policy", "eval", "--policy", CHAOS_WASM, "--input", &input]);
+    assert_one_error_line(&o, "unknown fault");
+}
+
+#[test]
+fn inspect_shows_description_and_digest() {
+    use sha2::Digest as _;
+    let o = steward(&["policy", "inspect", CHAOS_WASM]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let digest = hex::encode(sha2::Sha256::digest(std::fs::read(CHAOS_WASM).unwrap()));
+    assert!(out.contains("name: chaos"), "{out}");
+    assert!(out.contains(&format!("digest: sha256:{digest}")), "{out}");
+    assert!(out.contains("- Available"), "{out}");
+}
+
+#[test]
+fn garbage_policies_get_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = std::fs::read(CHAOS_WASM).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "text.wasm",
+            b"#!/bin/sh\necho hi\n".to_vec(),
+            "not a WebAssembly component",
+        ),
+        (
+            "truncated.wasm",
+            component[..component.len() / 3].to_vec(),
+            "not a valid component",
+        ),
+        (
+            "module.wasm",
+            wat::parse_str("(module)").unwrap(),
+            "core WebAssembly module",
+        ),
+        (
+            "other-world.wasm",
+            wat::parse_str("(component)").unwrap(),
+            "not a steward:status/status-policy component",
+        ),
+    ];
+    let dir_path = dir.path().to_string_lossy().into_owned();
+    for (name, bytes, mentions) in cases {
+        let file = write(dir.path(), name, &bytes);
+        assert_one_error_line(&steward(&["policy", "inspect", &file]), mentions);
+        assert_one_error_line(
+            &steward(&[
+                "policy",
+                "test",
+                "--policy",
+                &file,
+                "policies/default/tests",
+            ]),
+            mentions,
+        );
+    }
+    assert_one_error_line(
+        &steward(&["policy", "inspect", "does/not/exist.wasm"]),
+        "does/not/exist.wasm",
+    );
+    assert_one_error_line(&steward(&["policy", "inspect", &dir_path]), &dir_path);
+}
+
+fn indent(text: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    text.trim()
+        .lines()
+        .map(|l| format!("{pad}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
