@@ -186,6 +186,7 @@ async fn write_member_status(
     let patch = serde_json::json!({
         "apiVersion": EtcdMember::api_version(&()),
         "kind": EtcdMember::kind(&()),
+        "metadata": {"name": name},
         "status": new,
     });
     api.patch_status(

@@ -379,7 +379,7 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
     let _g = serial();
     run(async {
         let env = Env::start().await;
-        let wasm = std::fs::read(etcd_steward::policy::CHAOS_POLICY_PATH)
+        let wasm = std::fs::read(env!("STEWARD_CHAOS_POLICY_WASM"))
             .expect("the chaos test policy was built");
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "chaos", "namespace": NS},

@@ -150,6 +150,7 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     let patch = serde_json::json!({
         "apiVersion": EtcdCluster::api_version(&()),
         "kind": EtcdCluster::kind(&()),
+        "metadata": {"name": name, "namespace": ns},
         "status": status,
     });
     api.patch_status(

@@ -46,6 +46,10 @@ pub fn run_args() -> RunArgs {
 
 impl Env {
     pub async fn start() -> Env {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().expect("a temp dir");
         let plane = ControlPlane::start(dir.path())
             .await

@@ -45,12 +45,18 @@ fn groups<'a>(types: impl Iterator<Item = &'a ResourceType>) -> BTreeMap<String,
 }
 
 fn group_json(name: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     json!({"name": name, "versions": vs, "preferredVersion": vs[0]})
 }
 
 pub fn group_list<'a>(types: impl Iterator<Item = &'a ResourceType>) -> Value {
-    let list: Vec<Value> = groups(types).iter().map(|(g, vs)| group_json(g, vs)).collect();
+    let list: Vec<Value> = groups(types)
+        .iter()
+        .map(|(g, vs)| group_json(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list})
 }
 
@@ -63,13 +69,28 @@ pub fn group<'a>(types: impl Iterator<Item = &'a ResourceType>, name: &str) -> O
     Some(g)
 }
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// The APIResourceList of one group version, or None if nothing serves it.
-pub fn resource_list<'a>(types: impl Iterator<Item = &'a ResourceType>, group: &str, version: &str) -> Option<Value> {
+pub fn resource_list<'a>(
+    types: impl Iterator<Item = &'a ResourceType>,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let mut resources = Vec::new();
     for t in types.filter(|t| t.group == group) {
-        let Some(v) = t.version(version) else { continue };
+        let Some(v) = t.version(version) else {
+            continue;
+        };
         let mut r = json!({
             "name": t.plural,
             "singularName": t.singular,
@@ -108,6 +129,12 @@ pub fn resource_list<'a>(types: impl Iterator<Item = &'a ResourceType>, group: &
     if resources.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
