@@ -35,9 +35,19 @@ impl ControlPlane {
         tune(&mut config);
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let api = ApiServer::start(&dir.join("api")).context("starting the API stand-in")?;
-        let client = api.client().await.context("a client for the API stand-in")?;
-        let kubelet = Kubelet::start(client.clone(), config).await.context("starting the local kubelet")?;
-        Ok(ControlPlane { kubelet: Some(kubelet), api: Some(api), client, dir: dir.to_path_buf() })
+        let client = api
+            .client()
+            .await
+            .context("a client for the API stand-in")?;
+        let kubelet = Kubelet::start(client.clone(), config)
+            .await
+            .context("starting the local kubelet")?;
+        Ok(ControlPlane {
+            kubelet: Some(kubelet),
+            api: Some(api),
+            client,
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -53,11 +63,15 @@ impl ControlPlane {
     }
 
     pub fn api(&self) -> &ApiServer {
-        self.api.as_ref().expect("the API server runs until shutdown")
+        self.api
+            .as_ref()
+            .expect("the API server runs until shutdown")
     }
 
     pub fn kubelet(&self) -> &Kubelet {
-        self.kubelet.as_ref().expect("the kubelet runs until shutdown")
+        self.kubelet
+            .as_ref()
+            .expect("the kubelet runs until shutdown")
     }
 
     /// Stops every etcd the kubelet started, then the API server.
@@ -85,11 +99,20 @@ pub async fn run_control_plane_only(dir: &Path) -> Result<()> {
     }
     println!("etcd-steward test control plane is running (API stand-in + local kubelet).");
     println!("  kubeconfig: {}", kubeconfig.display());
-    println!("  try:        KUBECONFIG={} kubectl get pods -A", kubeconfig.display());
-    println!("  pod logs:   {}/kubelet/pods/<ns>_<pod>_<uid>/etcd.log", dir.display());
+    println!(
+        "  try:        KUBECONFIG={} kubectl get pods -A",
+        kubeconfig.display()
+    );
+    println!(
+        "  pod logs:   {}/kubelet/pods/<ns>_<pod>_<uid>/etcd.log",
+        dir.display()
+    );
     println!("Pod names resolve only inside this process's private mount namespace;");
     println!("run kubectl from another shell freely, but etcdctl against pod names only via");
-    println!("  nsenter -t {} -m etcdctl --endpoints=http://<pod>.<svc>.<ns>.svc:2379 ...", std::process::id());
+    println!(
+        "  nsenter -t {} -m etcdctl --endpoints=http://<pod>.<svc>.<ns>.svc:2379 ...",
+        std::process::id()
+    );
     println!("Press Ctrl-C to stop; every etcd started here is stopped.");
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,

@@ -91,8 +91,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("etcd"), "#!/bin/sh\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path().join("etcd"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            dir.path().join("etcd"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         let err = EtcdBinaries::in_dir(dir.path()).unwrap_err().to_string();
         assert!(err.contains("etcdctl"), "{err}");
     }

@@ -44,14 +44,20 @@ impl HostsBlock {
     /// A block in an arbitrary file (which must exist). Use
     /// [`HostsBlock::etc_hosts`] for `/etc/hosts`; this does not check it.
     pub fn at(path: &Path) -> Result<Self> {
-        let id = format!("{}-{}", std::process::id(), NEXT_ID.fetch_add(1, Ordering::Relaxed));
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT_ID.fetch_add(1, Ordering::Relaxed)
+        );
         let block = HostsBlock {
             path: path.to_path_buf(),
             begin: format!("# BEGIN steward-testbed kubelet {id}"),
             end: format!("# END steward-testbed kubelet {id}"),
             entries: Mutex::new(BTreeMap::new()),
         };
-        block.write().with_context(|| format!("preparing a block in {}", path.display()))?;
+        block
+            .write()
+            .with_context(|| format!("preparing a block in {}", path.display()))?;
         Ok(block)
     }
 
@@ -61,7 +67,10 @@ impl HostsBlock {
 
     /// Maps `names` to `ip` under `key`, replacing what `key` had.
     pub fn set(&self, key: &str, ip: IpAddr, names: Vec<String>) -> Result<()> {
-        self.entries.lock().unwrap().insert(key.to_string(), (ip, names));
+        self.entries
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), (ip, names));
         self.write()
     }
 
@@ -175,12 +184,21 @@ mod tests {
         std::fs::write(&path, "127.0.0.1 localhost\n::1 localhost ip6-localhost\n").unwrap();
         let a = HostsBlock::at(&path).unwrap();
         let b = HostsBlock::at(&path).unwrap();
-        a.set("ns/p0", ip("127.20.0.1"), vec!["p0.svc.ns.svc".into(), "p0.svc.ns.svc.cluster.local".into()])
+        a.set(
+            "ns/p0",
+            ip("127.20.0.1"),
+            vec!["p0.svc.ns.svc".into(), "p0.svc.ns.svc.cluster.local".into()],
+        )
+        .unwrap();
+        b.set("ns/q0", ip("127.20.0.2"), vec!["q0.x.ns.svc".into()])
             .unwrap();
-        b.set("ns/q0", ip("127.20.0.2"), vec!["q0.x.ns.svc".into()]).unwrap();
-        a.set("ns/p1", ip("127.20.0.3"), vec!["p1.svc.ns.svc".into()]).unwrap();
+        a.set("ns/p1", ip("127.20.0.3"), vec!["p1.svc.ns.svc".into()])
+            .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.starts_with("127.0.0.1 localhost\n::1 localhost ip6-localhost\n"), "{text}");
+        assert!(
+            text.starts_with("127.0.0.1 localhost\n::1 localhost ip6-localhost\n"),
+            "{text}"
+        );
         assert!(text.contains("127.20.0.1 p0.svc.ns.svc p0.svc.ns.svc.cluster.local\n"));
         assert!(text.contains("127.20.0.2 q0.x.ns.svc\n"));
         assert!(text.contains("127.20.0.3 p1.svc.ns.svc\n"));
@@ -188,7 +206,10 @@ mod tests {
         a.remove("ns/p0").unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("p0.svc"), "{text}");
-        assert!(text.contains("q0.x.ns.svc") && text.contains("p1.svc.ns.svc"), "{text}");
+        assert!(
+            text.contains("q0.x.ns.svc") && text.contains("p1.svc.ns.svc"),
+            "{text}"
+        );
 
         drop(a);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -209,7 +230,8 @@ mod tests {
         std::fs::write(&path, "127.0.0.1 localhost\n").unwrap();
         let inode = std::fs::metadata(&path).unwrap().ino();
         let a = HostsBlock::at(&path).unwrap();
-        a.set("k", ip("127.20.1.1"), vec!["n.s.ns.svc".into()]).unwrap();
+        a.set("k", ip("127.20.1.1"), vec!["n.s.ns.svc".into()])
+            .unwrap();
         a.remove("k").unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
     }
@@ -224,8 +246,12 @@ mod tests {
             for (i, b) in blocks.iter().enumerate() {
                 s.spawn(move || {
                     for j in 0..25 {
-                        b.set(&format!("k{j}"), ip(&format!("127.21.{i}.{j}")), vec![format!("h{i}-{j}.s.n.svc")])
-                            .unwrap();
+                        b.set(
+                            &format!("k{j}"),
+                            ip(&format!("127.21.{i}.{j}")),
+                            vec![format!("h{i}-{j}.s.n.svc")],
+                        )
+                        .unwrap();
                     }
                 });
             }
@@ -233,7 +259,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         for i in 0..4 {
             for j in 0..25 {
-                assert!(text.contains(&format!("127.21.{i}.{j} h{i}-{j}.s.n.svc\n")), "missing {i}/{j}");
+                assert!(
+                    text.contains(&format!("127.21.{i}.{j} h{i}-{j}.s.n.svc\n")),
+                    "missing {i}/{j}"
+                );
             }
         }
     }

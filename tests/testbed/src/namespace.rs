@@ -47,7 +47,9 @@ pub fn ensure_private_hosts() -> Result<()> {
         .lines()
         .any(|l| l.split(' ').nth(4) == Some("/etc/hosts"))
     {
-        bail!("refusing to edit /etc/hosts: it is not a bind mount in this mount namespace; {HINT}");
+        bail!(
+            "refusing to edit /etc/hosts: it is not a bind mount in this mount namespace; {HINT}"
+        );
     }
     let own = std::fs::metadata("/etc/hosts").context("stat /etc/hosts")?;
     if let Ok(init) = std::fs::metadata("/proc/1/root/etc/hosts")
@@ -93,16 +95,24 @@ pub fn enter_private_mount_namespace(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let hosts = dir.join("hosts");
     let resolv = dir.join("resolv.conf");
-    std::fs::copy("/etc/hosts", &hosts).with_context(|| format!("copying /etc/hosts to {}", hosts.display()))?;
-    std::fs::write(&resolv, RESOLV_CONF).with_context(|| format!("writing {}", resolv.display()))?;
+    std::fs::copy("/etc/hosts", &hosts)
+        .with_context(|| format!("copying /etc/hosts to {}", hosts.display()))?;
+    std::fs::write(&resolv, RESOLV_CONF)
+        .with_context(|| format!("writing {}", resolv.display()))?;
 
     unshare(CloneFlags::CLONE_NEWNS).context(
         "unshare(CLONE_NEWNS) failed: a private mount namespace needs root (or run under `unshare -rm`)",
     )?;
     // Without this, our bind mounts would propagate back to the host's
     // namespace on systems where / is a shared mount (systemd's default).
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .context("making / private in the new mount namespace")?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .context("making / private in the new mount namespace")?;
     bind(&hosts, Path::new("/etc/hosts"))?;
     bind(&resolv, Path::new("/etc/resolv.conf"))?;
     // SAFETY: the thread count was checked to be one above, so nothing can
@@ -113,12 +123,19 @@ pub fn enter_private_mount_namespace(dir: &Path) -> Result<()> {
 
 fn bind(src: &Path, target: &Path) -> Result<()> {
     use nix::mount::{MsFlags, mount};
-    mount(Some(src), target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-        .with_context(|| format!("bind-mounting {} on {}", src.display(), target.display()))
+    mount(
+        Some(src),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .with_context(|| format!("bind-mounting {} on {}", src.display(), target.display()))
 }
 
 fn thread_count() -> Result<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("Threads:"))

@@ -49,19 +49,31 @@ impl Plane {
         assert!(!pids.is_empty(), "the kubelet started no process at all");
         self.plane.shutdown().await;
         for pid in pids {
-            assert!(!is_alive(pid, &etcd), "etcd PID {pid} outlived the control plane");
+            assert!(
+                !is_alive(pid, &etcd),
+                "etcd PID {pid} outlived the control plane"
+            );
         }
         let text = std::fs::read_to_string(hosts).unwrap();
         for c in clusters {
-            assert!(!text.contains(&c.host(0)), "{} left in the hosts file:\n{text}", c.host(0));
+            assert!(
+                !text.contains(&c.host(0)),
+                "{} left in the hosts file:\n{text}",
+                c.host(0)
+            );
         }
     }
 }
 
 /// Alive = exists, is not a zombie, and is still our etcd (not a reused PID).
 fn is_alive(pid: u32, etcd: &Path) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next());
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
     if state == Some("Z") {
         return false;
     }
@@ -71,21 +83,28 @@ fn is_alive(pid: u32, etcd: &Path) -> bool {
 
 async fn create_cluster(client: &Client, c: &StaticCluster) {
     let ns: Api<Namespace> = Api::all(client.clone());
-    let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": c.namespace}})).unwrap();
+    let obj: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": c.namespace}})).unwrap();
     match ns.create(&PostParams::default(), &obj).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating namespace {}: {e}", c.namespace),
     }
     let svc: Api<Service> = Api::namespaced(client.clone(), &c.namespace);
-    svc.create(&PostParams::default(), &c.service()).await.expect("creating the headless Service");
+    svc.create(&PostParams::default(), &c.service())
+        .await
+        .expect("creating the headless Service");
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &c.namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
     for i in 0..c.replicas {
-        pvcs.create(&PostParams::default(), &c.claim_object(i)).await.expect("creating a PVC");
+        pvcs.create(&PostParams::default(), &c.claim_object(i))
+            .await
+            .expect("creating a PVC");
     }
     for i in 0..c.replicas {
-        pods.create(&PostParams::default(), &c.pod(i, "new")).await.expect("creating a Pod");
+        pods.create(&PostParams::default(), &c.pod(i, "new"))
+            .await
+            .expect("creating a Pod");
     }
 }
 
@@ -105,8 +124,13 @@ async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) ->
             last = Some(p);
         }
         if tokio::time::Instant::now() > deadline {
-            let status = last.and_then(|p| p.status).map(|s| serde_json::to_string_pretty(&s).unwrap());
-            panic!("pod {name} never became {what}; last status: {}", status.unwrap_or("none".into()));
+            let status = last
+                .and_then(|p| p.status)
+                .map(|s| serde_json::to_string_pretty(&s).unwrap());
+            panic!(
+                "pod {name} never became {what}; last status: {}",
+                status.unwrap_or("none".into())
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -115,17 +139,29 @@ async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) ->
 async fn wait_gone(api: &Api<Pod>, name: &str) {
     let deadline = tokio::time::Instant::now() + EVENTUALLY;
     while api.get_opt(name).await.expect("reading a pod").is_some() {
-        assert!(tokio::time::Instant::now() < deadline, "pod {name} was never removed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pod {name} was never removed"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
 fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 fn condition(p: &Pod, kind: &str) -> Option<String> {
-    p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind).map(|c| c.status.clone())
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.status.clone())
 }
 
 fn ready(p: &Pod) -> bool {
@@ -133,7 +169,11 @@ fn ready(p: &Pod) -> bool {
 }
 
 fn container(p: &Pod) -> serde_json::Value {
-    let s = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first());
+    let s = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first());
     serde_json::to_value(s).unwrap()
 }
 
@@ -150,7 +190,11 @@ async fn etcdctl(bins: &EtcdBinaries, endpoint: &str, args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// etcdctl until it succeeds (etcd may still be electing), within EVENTUALLY.
@@ -161,7 +205,11 @@ async fn etcdctl_ok(bins: &EtcdBinaries, endpoint: &str, args: &[&str]) -> Strin
         if out.status.success() {
             return String::from_utf8_lossy(&out.stdout).into_owned();
         }
-        assert!(tokio::time::Instant::now() < deadline, "etcdctl {args:?} at {endpoint} kept failing: {}", text(&out));
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "etcdctl {args:?} at {endpoint} kept failing: {}",
+            text(&out)
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -176,12 +224,22 @@ async fn three_pods_form_a_cluster_and_a_graceful_node_stop_ends_them_succeeded(
     let api = pods(&client, &c);
 
     for i in 0..3 {
-        let p = wait_pod(&api, &c.member(i), "Running and Ready", |p| phase(p) == "Running" && ready(p)).await;
-        let info = plane.plane.kubelet().pod(&c.namespace, &c.member(i)).expect("the kubelet runs it");
+        let p = wait_pod(&api, &c.member(i), "Running and Ready", |p| {
+            phase(p) == "Running" && ready(p)
+        })
+        .await;
+        let info = plane
+            .plane
+            .kubelet()
+            .pod(&c.namespace, &c.member(i))
+            .expect("the kubelet runs it");
         let status = p.status.unwrap();
         assert_eq!(status.pod_ip.as_deref(), Some(info.ip.to_string().as_str()));
         assert_eq!(status.host_ip.as_deref(), Some("127.0.0.1"));
-        assert!(is_alive(info.pid.expect("a running process"), &bins.etcd), "{i}: no live etcd process");
+        assert!(
+            is_alive(info.pid.expect("a running process"), &bins.etcd),
+            "{i}: no live etcd process"
+        );
         let cs = container(&api.get(&c.member(i)).await.unwrap());
         assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs}");
         assert_eq!(cs["restartCount"], 0);
@@ -191,16 +249,32 @@ async fn three_pods_form_a_cluster_and_a_graceful_node_stop_ends_them_succeeded(
     let list: serde_json::Value = serde_json::from_str(&list).unwrap();
     let members = list["members"].as_array().unwrap();
     assert_eq!(members.len(), 3, "{list}");
-    let mut names: Vec<_> = members.iter().map(|m| m["name"].as_str().unwrap_or("").to_string()).collect();
+    let mut names: Vec<_> = members
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or("").to_string())
+        .collect();
     names.sort();
     // A member that has not started yet has an empty name and no client URLs.
     assert_eq!(names, vec!["trio-0", "trio-1", "trio-2"], "{list}");
     for m in members {
-        assert!(m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()), "member not started: {m}");
+        assert!(
+            m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()),
+            "member not started: {m}"
+        );
     }
 
-    etcdctl_ok(&bins, &c.client_url(0), &["put", "/greeting", "written through trio-0"]).await;
-    let got = etcdctl_ok(&bins, &c.client_url(2), &["get", "/greeting", "--print-value-only"]).await;
+    etcdctl_ok(
+        &bins,
+        &c.client_url(0),
+        &["put", "/greeting", "written through trio-0"],
+    )
+    .await;
+    let got = etcdctl_ok(
+        &bins,
+        &c.client_url(2),
+        &["get", "/greeting", "--print-value-only"],
+    )
+    .await;
     assert_eq!(got.trim(), "written through trio-0");
 
     plane.plane.kubelet().stop_node().await;
@@ -227,24 +301,51 @@ async fn a_pod_recreated_on_the_same_claim_keeps_its_data_until_the_claim_is_wip
 
     wait_pod(&api, &member, "Ready", ready).await;
     etcdctl_ok(&bins, &c.client_url(0), &["put", "/kept", "survives"]).await;
-    let first_pid = plane.plane.kubelet().pod(&c.namespace, &member).unwrap().pid.unwrap();
+    let first_pid = plane
+        .plane
+        .kubelet()
+        .pod(&c.namespace, &member)
+        .unwrap()
+        .pid
+        .unwrap();
 
     // Deletion is graceful: the object stays until etcd has stopped.
     api.delete(&member, &DeleteParams::default()).await.unwrap();
     wait_gone(&api, &member).await;
-    assert!(!is_alive(first_pid, &bins.etcd), "the deleted Pod's etcd still runs");
+    assert!(
+        !is_alive(first_pid, &bins.etcd),
+        "the deleted Pod's etcd still runs"
+    );
 
-    api.create(&PostParams::default(), &c.pod(0, "new")).await.unwrap();
+    api.create(&PostParams::default(), &c.pod(0, "new"))
+        .await
+        .unwrap();
     wait_pod(&api, &member, "Ready again", ready).await;
-    let got = etcdctl_ok(&bins, &c.client_url(0), &["get", "/kept", "--print-value-only"]).await;
+    let got = etcdctl_ok(
+        &bins,
+        &c.client_url(0),
+        &["get", "/kept", "--print-value-only"],
+    )
+    .await;
     assert_eq!(got.trim(), "survives");
 
     api.delete(&member, &DeleteParams::default()).await.unwrap();
     wait_gone(&api, &member).await;
-    plane.plane.kubelet().wipe_claim(&c.namespace, &c.claim(0)).unwrap();
-    api.create(&PostParams::default(), &c.pod(0, "new")).await.unwrap();
+    plane
+        .plane
+        .kubelet()
+        .wipe_claim(&c.namespace, &c.claim(0))
+        .unwrap();
+    api.create(&PostParams::default(), &c.pod(0, "new"))
+        .await
+        .unwrap();
     wait_pod(&api, &member, "Ready on a wiped claim", ready).await;
-    let got = etcdctl_ok(&bins, &c.client_url(0), &["get", "/kept", "--print-value-only"]).await;
+    let got = etcdctl_ok(
+        &bins,
+        &c.client_url(0),
+        &["get", "/kept", "--print-value-only"],
+    )
+    .await;
     assert_eq!(got.trim(), "", "a wiped claim still held data");
     plane.finish(&[&c]).await;
 }
@@ -265,7 +366,10 @@ async fn a_killed_member_terminates_and_restarts_only_under_restart_policy_alway
     let before = wait_pod(&api, &always.member(0), "Ready", ready).await;
     let first_started = container(&before)["state"]["running"]["startedAt"].clone();
 
-    kubelet.kill(&never.namespace, &never.member(0)).await.unwrap();
+    kubelet
+        .kill(&never.namespace, &never.member(0))
+        .await
+        .unwrap();
     let dead = wait_pod(&api, &never.member(0), "Failed", |p| phase(p) == "Failed").await;
     let cs = container(&dead);
     assert_eq!(cs["state"]["terminated"]["exitCode"], 137, "{cs}");
@@ -274,7 +378,10 @@ async fn a_killed_member_terminates_and_restarts_only_under_restart_policy_alway
     assert_eq!(cs["ready"], false);
     assert_eq!(condition(&dead, "Ready").as_deref(), Some("False"));
 
-    let killed = kubelet.kill(&always.namespace, &always.member(0)).await.unwrap();
+    let killed = kubelet
+        .kill(&always.namespace, &always.member(0))
+        .await
+        .unwrap();
     let back = wait_pod(&api, &always.member(0), "restarted and Ready", |p| {
         container(p)["restartCount"] == 1 && ready(p)
     })
@@ -282,8 +389,17 @@ async fn a_killed_member_terminates_and_restarts_only_under_restart_policy_alway
     let cs = container(&back);
     assert_eq!(phase(&back), "Running");
     assert_eq!(cs["lastState"]["terminated"]["exitCode"], 137, "{cs}");
-    assert_eq!(cs["lastState"]["terminated"]["startedAt"], first_started, "{cs}");
-    assert_ne!(kubelet.pod(&always.namespace, &always.member(0)).unwrap().pid, Some(killed));
+    assert_eq!(
+        cs["lastState"]["terminated"]["startedAt"], first_started,
+        "{cs}"
+    );
+    assert_ne!(
+        kubelet
+            .pod(&always.namespace, &always.member(0))
+            .unwrap()
+            .pid,
+        Some(killed)
+    );
     plane.finish(&[&never, &always]).await;
 }
 
@@ -299,18 +415,44 @@ async fn a_frozen_member_stays_ready_while_etcd_goes_silent_and_recovers_on_thaw
     wait_pod(&api, &member, "Ready", ready).await;
     etcdctl_ok(&bins, &c.client_url(0), &["put", "/k", "v"]).await;
 
-    plane.plane.kubelet().freeze(&c.namespace, &member).await.unwrap();
+    plane
+        .plane
+        .kubelet()
+        .freeze(&c.namespace, &member)
+        .await
+        .unwrap();
     let silent = etcdctl(&bins, &c.client_url(0), &["get", "/k"]).await;
-    assert!(!silent.status.success(), "a frozen etcd answered: {}", text(&silent));
+    assert!(
+        !silent.status.success(),
+        "a frozen etcd answered: {}",
+        text(&silent)
+    );
     // Probe period 1 s, failureThreshold 3: a probing kubelet would have
     // turned the Pod unready well within this window.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let p = api.get(&member).await.unwrap();
     assert!(ready(&p), "a frozen Pod lost Ready: {:?}", p.status);
-    assert!(plane.plane.kubelet().pod(&c.namespace, &member).unwrap().frozen);
+    assert!(
+        plane
+            .plane
+            .kubelet()
+            .pod(&c.namespace, &member)
+            .unwrap()
+            .frozen
+    );
 
-    plane.plane.kubelet().thaw(&c.namespace, &member).await.unwrap();
-    let got = etcdctl_ok(&bins, &c.client_url(0), &["get", "/k", "--print-value-only"]).await;
+    plane
+        .plane
+        .kubelet()
+        .thaw(&c.namespace, &member)
+        .await
+        .unwrap();
+    let got = etcdctl_ok(
+        &bins,
+        &c.client_url(0),
+        &["get", "/k", "--print-value-only"],
+    )
+    .await;
     assert_eq!(got.trim(), "v");
     plane.finish(&[&c]).await;
 }
@@ -327,13 +469,27 @@ async fn an_unresolvable_member_name_fails_as_a_name_error_until_restored() {
     wait_pod(&api, &member, "Ready", ready).await;
     let ip = plane.plane.kubelet().pod(&c.namespace, &member).unwrap().ip;
     for name in [c.host(0), format!("{}.cluster.local", c.host(0))] {
-        let addrs: Vec<_> = tokio::net::lookup_host((name.as_str(), 2379)).await.unwrap().collect();
-        assert!(addrs.iter().all(|a| a.ip() == ip) && !addrs.is_empty(), "{name} -> {addrs:?}");
+        let addrs: Vec<_> = tokio::net::lookup_host((name.as_str(), 2379))
+            .await
+            .unwrap()
+            .collect();
+        assert!(
+            addrs.iter().all(|a| a.ip() == ip) && !addrs.is_empty(),
+            "{name} -> {addrs:?}"
+        );
     }
 
-    plane.plane.kubelet().make_unresolvable(&c.namespace, &member).unwrap();
+    plane
+        .plane
+        .kubelet()
+        .make_unresolvable(&c.namespace, &member)
+        .unwrap();
     let err = match tokio::net::lookup_host((c.host(0).as_str(), 2379)).await {
-        Ok(addrs) => panic!("{} still resolves: {:?}", c.host(0), addrs.collect::<Vec<_>>()),
+        Ok(addrs) => panic!(
+            "{} still resolves: {:?}",
+            c.host(0),
+            addrs.collect::<Vec<_>>()
+        ),
         Err(e) => e,
     };
     let msg = err.to_string();
@@ -342,12 +498,27 @@ async fn an_unresolvable_member_name_fails_as_a_name_error_until_restored() {
         "not a name error: {msg}"
     );
     let out = etcdctl(&bins, &c.client_url(0), &["get", "/k"]).await;
-    assert!(!out.status.success(), "etcdctl reached an unresolvable member: {}", text(&out));
+    assert!(
+        !out.status.success(),
+        "etcdctl reached an unresolvable member: {}",
+        text(&out)
+    );
     let lookup = format!("lookup {}", c.host(0));
-    assert!(text(&out).contains(&lookup), "etcdctl failed, but not on the name: {}", text(&out));
+    assert!(
+        text(&out).contains(&lookup),
+        "etcdctl failed, but not on the name: {}",
+        text(&out)
+    );
 
-    plane.plane.kubelet().restore_name(&c.namespace, &member).unwrap();
-    let addrs: Vec<_> = tokio::net::lookup_host((c.host(0).as_str(), 2379)).await.unwrap().collect();
+    plane
+        .plane
+        .kubelet()
+        .restore_name(&c.namespace, &member)
+        .unwrap();
+    let addrs: Vec<_> = tokio::net::lookup_host((c.host(0).as_str(), 2379))
+        .await
+        .unwrap()
+        .collect();
     assert_eq!(addrs[0].ip(), ip);
     etcdctl_ok(&bins, &c.client_url(0), &["put", "/k", "back"]).await;
     plane.finish(&[&c]).await;
@@ -363,7 +534,8 @@ async fn a_failing_liveness_probe_restarts_the_container_and_counts_it() {
     let mut pod = c.pod(0, "new");
     // etcd's metrics listener answers 404 here: the probe fails for real.
     let probe = json!({"httpGet": {"path": "/no-such-endpoint", "port": 2381}, "periodSeconds": 1, "failureThreshold": 2});
-    pod.spec.as_mut().unwrap().containers[0].liveness_probe = Some(serde_json::from_value(probe).unwrap());
+    pod.spec.as_mut().unwrap().containers[0].liveness_probe =
+        Some(serde_json::from_value(probe).unwrap());
     let api = pods(&client, &c);
     api.create(&PostParams::default(), &pod).await.unwrap();
 
@@ -380,10 +552,15 @@ async fn a_failing_liveness_probe_restarts_the_container_and_counts_it() {
 
 async fn client_create_namespace_and_claims(client: &Client, c: &StaticCluster) {
     let ns: Api<Namespace> = Api::all(client.clone());
-    let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": c.namespace}})).unwrap();
+    let obj: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": c.namespace}})).unwrap();
     let _ = ns.create(&PostParams::default(), &obj).await;
     let svc: Api<Service> = Api::namespaced(client.clone(), &c.namespace);
-    svc.create(&PostParams::default(), &c.service()).await.unwrap();
+    svc.create(&PostParams::default(), &c.service())
+        .await
+        .unwrap();
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &c.namespace);
-    pvcs.create(&PostParams::default(), &c.claim_object(0)).await.unwrap();
+    pvcs.create(&PostParams::default(), &c.claim_object(0))
+        .await
+        .unwrap();
 }

@@ -23,7 +23,12 @@ pub fn allocate() -> Result<Ipv4Addr> {
     let in_use = guard.get_or_insert_with(HashSet::new);
     for _ in 0..200 {
         let r = uuid::Uuid::new_v4().as_u128();
-        let ip = Ipv4Addr::new(127, 20 + (r % 10) as u8, (r >> 8) as u8, 1 + ((r >> 16) % 254) as u8);
+        let ip = Ipv4Addr::new(
+            127,
+            20 + (r % 10) as u8,
+            (r >> 8) as u8,
+            1 + ((r >> 16) % 254) as u8,
+        );
         if in_use.contains(&ip) || !ports_free(ip) {
             continue;
         }
@@ -40,7 +45,9 @@ pub fn release(ip: Ipv4Addr) {
 }
 
 fn ports_free(ip: Ipv4Addr) -> bool {
-    ETCD_PORTS.iter().all(|&p| TcpListener::bind(SocketAddr::from((ip, p))).is_ok())
+    ETCD_PORTS
+        .iter()
+        .all(|&p| TcpListener::bind(SocketAddr::from((ip, p))).is_ok())
 }
 
 #[cfg(test)]
@@ -53,7 +60,10 @@ mod tests {
         let set: HashSet<_> = a.iter().collect();
         assert_eq!(set.len(), a.len());
         for ip in &a {
-            assert!(ip.octets()[0] == 127 && (20..30).contains(&ip.octets()[1]), "{ip}");
+            assert!(
+                ip.octets()[0] == 127 && (20..30).contains(&ip.octets()[1]),
+                "{ip}"
+            );
             release(*ip);
         }
     }

@@ -21,7 +21,11 @@ pub enum LaunchError {
     #[error("container {container}: the local kubelet runs only etcd itself, not {program:?}")]
     NotEtcd { container: String, program: String },
     #[error("container {container}: env {var}: {what} is not supported by the local kubelet")]
-    UnsupportedEnv { container: String, var: String, what: String },
+    UnsupportedEnv {
+        container: String,
+        var: String,
+        what: String,
+    },
     #[error("container {container}: envFrom is not supported by the local kubelet")]
     EnvFrom { container: String },
 }
@@ -41,8 +45,15 @@ pub fn etcd_container(pod: &Pod) -> Option<&Container> {
 }
 
 fn is_etcd(c: &Container) -> bool {
-    let image_says = c.image.as_deref().is_some_and(|i| image_name(i).contains("etcd"));
-    let program_says = c.command.as_ref().and_then(|c| c.first()).is_some_and(|p| basename(p) == "etcd");
+    let image_says = c
+        .image
+        .as_deref()
+        .is_some_and(|i| image_name(i).contains("etcd"));
+    let program_says = c
+        .command
+        .as_ref()
+        .and_then(|c| c.first())
+        .is_some_and(|p| basename(p) == "etcd");
     image_says || program_says
 }
 
@@ -79,7 +90,10 @@ pub fn plan(
         match basename(&first) {
             "etcd" => bins.etcd.clone(),
             other => {
-                return Err(LaunchError::NotEtcd { container: container.name.clone(), program: other.to_string() });
+                return Err(LaunchError::NotEtcd {
+                    container: container.name.clone(),
+                    program: other.to_string(),
+                });
             }
         }
     };
@@ -98,7 +112,11 @@ pub fn plan(
             _ => (None, word.clone()),
         };
         let listen = flag.is_some_and(is_listen_flag) || (flag.is_none() && prev_listen_flag);
-        let mut value = if listen { localise_urls(&value, ip) } else { value };
+        let mut value = if listen {
+            localise_urls(&value, ip)
+        } else {
+            value
+        };
         value = map_path(&value, &mounts);
         prev_listen_flag = flag.is_none() && is_listen_flag(&word);
         args.push(match flag {
@@ -109,7 +127,11 @@ pub fn plan(
     let env = env
         .into_iter()
         .map(|(k, v)| {
-            let v = if k.starts_with("ETCD_LISTEN_") { localise_urls(&v, ip) } else { v };
+            let v = if k.starts_with("ETCD_LISTEN_") {
+                localise_urls(&v, ip)
+            } else {
+                v
+            };
             let v = map_path(&v, &mounts);
             (k, v)
         })
@@ -126,7 +148,9 @@ fn is_listen_flag(flag: &str) -> bool {
 fn localise_urls(list: &str, ip: Ipv4Addr) -> String {
     list.split(',')
         .map(|url| {
-            let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+            let Some((scheme, rest)) = url.split_once("://") else {
+                return url.to_string();
+            };
             let (hostport, path) = match rest.find('/') {
                 Some(i) => rest.split_at(i),
                 None => (rest, ""),
@@ -135,7 +159,10 @@ fn localise_urls(list: &str, ip: Ipv4Addr) -> String {
                 Some((h, p)) if !h.is_empty() && !p.contains(']') => (h, Some(p)),
                 _ => (hostport, None),
             };
-            if matches!(host, "0.0.0.0" | "[::]" | "::" | "127.0.0.1" | "localhost" | "") {
+            if matches!(
+                host,
+                "0.0.0.0" | "[::]" | "::" | "127.0.0.1" | "localhost" | ""
+            ) {
                 match port {
                     Some(p) => format!("{scheme}://{ip}:{p}{path}"),
                     None => format!("{scheme}://{ip}{path}"),
@@ -202,10 +229,17 @@ fn container_env(
     host_ip: Ipv4Addr,
 ) -> Result<Vec<(String, String)>, LaunchError> {
     if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(LaunchError::EnvFrom { container: container.name.clone() });
+        return Err(LaunchError::EnvFrom {
+            container: container.name.clone(),
+        });
     }
     let mut env: Vec<(String, String)> = Vec::new();
-    for EnvVar { name, value, value_from } in container.env.iter().flatten() {
+    for EnvVar {
+        name,
+        value,
+        value_from,
+    } in container.env.iter().flatten()
+    {
         let unsupported = |what: &str| LaunchError::UnsupportedEnv {
             container: container.name.clone(),
             var: name.clone(),
@@ -213,14 +247,18 @@ fn container_env(
         };
         let raw = match (value, value_from) {
             (Some(v), _) => {
-                let vars: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let vars: BTreeMap<&str, &str> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 expand(v, &vars)
             }
             (None, None) => String::new(),
             (None, Some(from)) => match &from.field_ref {
-                Some(f) => field(pod, &f.field_path, ip, host_ip).ok_or_else(|| unsupported(&format!("fieldRef {}", f.field_path)))?,
+                Some(f) => field(pod, &f.field_path, ip, host_ip)
+                    .ok_or_else(|| unsupported(&format!("fieldRef {}", f.field_path)))?,
                 None if from.secret_key_ref.is_some() => return Err(unsupported("secretKeyRef")),
-                None if from.config_map_key_ref.is_some() => return Err(unsupported("configMapKeyRef")),
+                None if from.config_map_key_ref.is_some() => {
+                    return Err(unsupported("configMapKeyRef"));
+                }
                 None => return Err(unsupported("this valueFrom")),
             },
         };
@@ -234,7 +272,10 @@ fn field(pod: &Pod, path: &str, ip: Ipv4Addr, host_ip: Ipv4Addr) -> Option<Strin
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let keyed = |prefix: &str, map: Option<&BTreeMap<String, String>>| -> Option<Option<String>> {
-        let key = path.strip_prefix(prefix)?.strip_prefix("['")?.strip_suffix("']")?;
+        let key = path
+            .strip_prefix(prefix)?
+            .strip_prefix("['")?
+            .strip_suffix("']")?;
         Some(map.and_then(|m| m.get(key).cloned()))
     };
     if let Some(v) = keyed("metadata.labels", meta.labels.as_ref()) {
@@ -249,8 +290,12 @@ fn field(pod: &Pod, path: &str, ip: Ipv4Addr, host_ip: Ipv4Addr) -> Option<Strin
         "metadata.uid" => meta.uid.clone().unwrap_or_default(),
         "status.podIP" | "status.podIPs" => ip.to_string(),
         "status.hostIP" | "status.hostIPs" => host_ip.to_string(),
-        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_else(|| super::NODE_NAME.into()),
-        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default(),
+        "spec.nodeName" => spec
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_else(|| super::NODE_NAME.into()),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
         _ => return None,
     })
 }
@@ -311,8 +356,15 @@ mod tests {
         let pod = member_pod();
         let c = etcd_container(&pod).unwrap();
         let ip: Ipv4Addr = "127.20.3.4".parse().unwrap();
-        let plan = plan(&pod, c, ip, Ipv4Addr::LOCALHOST, &[("/var/lib/etcd".into(), "/k/pvc/data".into())], &bins())
-            .unwrap();
+        let plan = plan(
+            &pod,
+            c,
+            ip,
+            Ipv4Addr::LOCALHOST,
+            &[("/var/lib/etcd".into(), "/k/pvc/data".into())],
+            &bins(),
+        )
+        .unwrap();
         assert_eq!(plan.program, PathBuf::from("/opt/etcd/etcd"));
         assert_eq!(
             plan.args,
@@ -339,8 +391,22 @@ mod tests {
         let c = &mut pod.spec.as_mut().unwrap().containers[0];
         c.command = Some(vec!["/bin/sh".into(), "-c".into(), "exec etcd".into()]);
         let c = etcd_container(&pod).unwrap();
-        let err = plan(&pod, c, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &[], &bins()).unwrap_err();
-        assert_eq!(err, LaunchError::NotEtcd { container: "etcd".into(), program: "sh".into() });
+        let err = plan(
+            &pod,
+            c,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            &[],
+            &bins(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            LaunchError::NotEtcd {
+                container: "etcd".into(),
+                program: "sh".into()
+            }
+        );
     }
 
     #[test]
@@ -348,11 +414,21 @@ mod tests {
         let mut pod = member_pod();
         let c = &mut pod.spec.as_mut().unwrap().containers[0];
         c.env.as_mut().unwrap().push(
-            serde_json::from_value(json!({"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}))
-                .unwrap(),
+            serde_json::from_value(
+                json!({"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}),
+            )
+            .unwrap(),
         );
         let c = etcd_container(&pod).unwrap();
-        let err = plan(&pod, c, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &[], &bins()).unwrap_err();
+        let err = plan(
+            &pod,
+            c,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            &[],
+            &bins(),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("env PASS: secretKeyRef"), "{err}");
     }
 

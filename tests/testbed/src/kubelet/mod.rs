@@ -172,7 +172,8 @@ impl Kubelet {
             HostsTarget::EtcHosts => HostsBlock::etc_hosts()?,
             HostsTarget::File(p) => HostsBlock::at(p)?,
         };
-        std::fs::create_dir_all(&config.root).with_context(|| format!("creating {}", config.root.display()))?;
+        std::fs::create_dir_all(&config.root)
+            .with_context(|| format!("creating {}", config.root.display()))?;
         let root = std::fs::canonicalize(&config.root)?;
         let node = Arc::new(Node {
             client: client.clone(),
@@ -217,7 +218,12 @@ impl Kubelet {
         })
     }
 
-    fn entry<T>(&self, namespace: &str, name: &str, f: impl FnOnce(&mut PodEntry) -> T) -> Option<T> {
+    fn entry<T>(
+        &self,
+        namespace: &str,
+        name: &str,
+        f: impl FnOnce(&mut PodEntry) -> T,
+    ) -> Option<T> {
         let mut pods = self.node.pods.lock().unwrap();
         pods.values_mut()
             .filter(|e| e.namespace == namespace && e.name == name)
@@ -229,7 +235,8 @@ impl Kubelet {
         let tx = self
             .entry(namespace, name, |e| e.tx.clone())
             .ok_or_else(|| anyhow!("the local kubelet runs no pod {namespace}/{name}"))?;
-        tx.send(cmd).map_err(|_| anyhow!("pod {namespace}/{name} has already stopped"))
+        tx.send(cmd)
+            .map_err(|_| anyhow!("pod {namespace}/{name} has already stopped"))
     }
 
     async fn ask(
@@ -290,7 +297,13 @@ impl Kubelet {
     }
 
     fn senders(&self) -> Vec<mpsc::UnboundedSender<Command>> {
-        self.node.pods.lock().unwrap().values().map(|e| e.tx.clone()).collect()
+        self.node
+            .pods
+            .lock()
+            .unwrap()
+            .values()
+            .map(|e| e.tx.clone())
+            .collect()
     }
 
     /// Removes the Pod's names from the hosts file: lookups fail with a name
@@ -359,7 +372,14 @@ impl Kubelet {
 
     /// PIDs still running (not yet reaped).
     pub fn live_pids(&self) -> Vec<u32> {
-        self.node.processes.lock().unwrap().live.iter().copied().collect()
+        self.node
+            .processes
+            .lock()
+            .unwrap()
+            .live
+            .iter()
+            .copied()
+            .collect()
     }
 
     /// Stops watching, SIGTERMs every etcd (SIGKILL after the configured
@@ -418,12 +438,17 @@ fn is_ours(pod: &Pod) -> bool {
 
 /// The DNS names a Pod gets from a headless Service named by its subdomain.
 pub fn dns_names(pod: &Pod) -> Vec<String> {
-    let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let host = spec.hostname.as_deref().or(pod.metadata.name.as_deref());
     match (host, spec.subdomain.as_deref()) {
         (Some(h), Some(sub)) if !sub.is_empty() => {
-            vec![format!("{h}.{sub}.{ns}.svc"), format!("{h}.{sub}.{ns}.svc.cluster.local")]
+            vec![
+                format!("{h}.{sub}.{ns}.svc"),
+                format!("{h}.{sub}.{ns}.svc.cluster.local"),
+            ]
         }
         _ => Vec::new(),
     }
@@ -431,7 +456,9 @@ pub fn dns_names(pod: &Pod) -> Vec<String> {
 
 async fn watch_pods(node: Arc<Node>, seq: Arc<std::sync::atomic::AtomicU64>) {
     let api: Api<Pod> = Api::all(node.client.clone());
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     let mut listing: Option<HashSet<String>> = None;
     while let Some(event) = events.next().await {
         match event {
@@ -471,7 +498,9 @@ async fn watch_pods(node: Arc<Node>, seq: Arc<std::sync::atomic::AtomicU64>) {
 }
 
 fn on_apply(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) {
-    let Some(uid) = pod.metadata.uid.clone() else { return };
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
     if let Some(tx) = node.pods.lock().unwrap().get(&uid).map(|e| e.tx.clone()) {
         let _ = tx.send(Command::Update(Box::new(pod)));
         return;
@@ -479,7 +508,12 @@ fn on_apply(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) {
     if !is_ours(&pod) {
         return;
     }
-    let ours = pod.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER);
+    let ours = pod
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER);
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) && !ours {
         // Ended before this kubelet started; nothing to run or clean up.
@@ -492,9 +526,15 @@ fn on_apply(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) {
 
 fn adopt(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) -> Result<()> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let container = launch::etcd_container(&pod).cloned().context("no etcd container")?;
+    let container = launch::etcd_container(&pod)
+        .cloned()
+        .context("no etcd container")?;
     let ip = addresses::allocate()?;
     let names = dns_names(&pod);
     // Names go in before the process starts (and before peers need them):

@@ -48,7 +48,7 @@ pub(crate) enum Command {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     Liveness,
-    NodeStop,
+    Node,
     Delete,
     Shutdown,
 }
@@ -116,18 +116,26 @@ fn now() -> Timestamp {
     Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-fn sleep_opt(at: Option<Instant>) -> impl std::future::Future<Output = ()> {
-    async move {
-        match at {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 impl Worker {
-    pub(crate) fn new(node: Arc<Node>, pod: Pod, ip: Ipv4Addr, dir: PathBuf, container: Container) -> Self {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    pub(crate) fn new(
+        node: Arc<Node>,
+        pod: Pod,
+        ip: Ipv4Addr,
+        dir: PathBuf,
+        container: Container,
+    ) -> Self {
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let node_up = *node.up.borrow();
@@ -209,7 +217,10 @@ impl Worker {
                 Wake::Exit(r) => self.on_exit(r).await,
                 Wake::Cmd(Some(c)) => self.on_command(c).await,
                 // The kubelet dropped its handle without a Shutdown: stop.
-                Wake::Cmd(None) => self.on_command(Command::Shutdown(oneshot::channel().0)).await,
+                Wake::Cmd(None) => {
+                    self.on_command(Command::Shutdown(oneshot::channel().0))
+                        .await
+                }
                 Wake::Prepare => self.prepare().await,
                 Wake::Readiness => self.probe_readiness().await,
                 Wake::Liveness => self.probe_liveness().await,
@@ -228,7 +239,11 @@ impl Worker {
     }
 
     fn restart_policy(&self) -> &str {
-        self.pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always")
     }
 
     fn grace(&self) -> Duration {
@@ -236,7 +251,12 @@ impl Worker {
             .pod
             .metadata
             .deletion_grace_period_seconds
-            .or_else(|| self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .or_else(|| {
+                self.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
             .unwrap_or(30);
         Duration::from_secs(secs.max(0) as u64)
     }
@@ -251,11 +271,19 @@ impl Worker {
         match self.volumes().await {
             Ok(mounts) => {
                 let host_ip = self.node.host_ip;
-                match launch::plan(&self.pod, &self.container, self.ip, host_ip, &mounts, &self.node.bins) {
+                match launch::plan(
+                    &self.pod,
+                    &self.container,
+                    self.ip,
+                    host_ip,
+                    &mounts,
+                    &self.node.bins,
+                ) {
                     Ok(plan) => {
                         for (_, dir) in &mounts {
                             if let Err(e) = std::fs::create_dir_all(dir) {
-                                return self.config_failed(format!("creating {}: {e}", dir.display()));
+                                return self
+                                    .config_failed(format!("creating {}: {e}", dir.display()));
                             }
                         }
                         self.plan = Some(plan);
@@ -287,7 +315,12 @@ impl Worker {
             let volume = spec
                 .and_then(|s| s.volumes.as_ref())
                 .and_then(|vs| vs.iter().find(|v| v.name == vm.name))
-                .ok_or_else(|| VolumeError::Unsupported(format!("volumeMount {:?} names no volume of the Pod", vm.name)))?;
+                .ok_or_else(|| {
+                    VolumeError::Unsupported(format!(
+                        "volumeMount {:?} names no volume of the Pod",
+                        vm.name
+                    ))
+                })?;
             let mut dir = if let Some(pvc) = &volume.persistent_volume_claim {
                 self.claim_dir(&pvc.claim_name).await?
             } else if volume.empty_dir.is_some() {
@@ -312,8 +345,16 @@ impl Worker {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.node.client.clone(), &self.ns);
         let pvc = match api.get_opt(claim).await {
             Ok(Some(p)) => p,
-            Ok(None) => return Err(VolumeError::NotYet(format!("persistentvolumeclaim {claim:?} not found"))),
-            Err(e) => return Err(VolumeError::NotYet(format!("reading persistentvolumeclaim {claim:?}: {e}"))),
+            Ok(None) => {
+                return Err(VolumeError::NotYet(format!(
+                    "persistentvolumeclaim {claim:?} not found"
+                )));
+            }
+            Err(e) => {
+                return Err(VolumeError::NotYet(format!(
+                    "reading persistentvolumeclaim {claim:?}: {e}"
+                )));
+            }
         };
         let uid = pvc.metadata.uid.clone().unwrap_or_default();
         if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
@@ -323,8 +364,14 @@ impl Worker {
                 "accessModes": spec.access_modes,
                 "capacity": spec.resources.and_then(|r| r.requests),
             }});
-            if let Err(e) = api.patch_status(claim, &PatchParams::default(), &Patch::Merge(&status)).await {
-                tracing::warn!("cannot mark persistentvolumeclaim {}/{claim} Bound: {e}", self.ns);
+            if let Err(e) = api
+                .patch_status(claim, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+            {
+                tracing::warn!(
+                    "cannot mark persistentvolumeclaim {}/{claim} Bound: {e}",
+                    self.ns
+                );
             }
         }
         Ok(launch::claim_dir(&self.node.root, &self.ns, claim, &uid))
@@ -336,18 +383,35 @@ impl Worker {
         if self.child.is_some() || self.deleting || !self.node_up {
             return;
         }
-        let Some(plan) = self.plan.clone() else { return };
+        let Some(plan) = self.plan.clone() else {
+            return;
+        };
         let spawned = (|| -> std::io::Result<Child> {
             std::fs::create_dir_all(&self.dir)?;
-            let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path)?;
+            let mut log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log_path)?;
             use std::io::Write;
-            writeln!(log, "--- steward-testbed kubelet: starting {} {}", plan.program.display(), plan.args.join(" "))?;
+            writeln!(
+                log,
+                "--- steward-testbed kubelet: starting {} {}",
+                plan.program.display(),
+                plan.args.join(" ")
+            )?;
             let err = log.try_clone()?;
             let mut cmd = tokio::process::Command::new(&plan.program);
             cmd.args(&plan.args)
                 .env_clear()
                 .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .env("HOSTNAME", self.pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or(self.name.clone()))
+                .env(
+                    "HOSTNAME",
+                    self.pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.hostname.clone())
+                        .unwrap_or(self.name.clone()),
+                )
                 .envs(plan.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(&self.dir)
                 .stdin(Stdio::null())
@@ -382,14 +446,23 @@ impl Worker {
                 self.terminated = None;
                 self.frozen = false;
                 let c = &self.container;
-                self.readiness = c.readiness_probe.clone().map(|p| ProbeState::new(p, started));
-                self.liveness = c.liveness_probe.clone().map(|p| ProbeState::new(p, started));
+                self.readiness = c
+                    .readiness_probe
+                    .clone()
+                    .map(|p| ProbeState::new(p, started));
+                self.liveness = c
+                    .liveness_probe
+                    .clone()
+                    .map(|p| ProbeState::new(p, started));
                 self.ready = self.readiness.is_none();
                 self.phase = "Running";
                 tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started etcd");
             }
             Err(e) => {
-                self.waiting = ("RunContainerError".into(), Some(format!("starting {}: {e}", plan.program.display())));
+                self.waiting = (
+                    "RunContainerError".into(),
+                    Some(format!("starting {}: {e}", plan.program.display())),
+                );
                 self.schedule_restart();
             }
         }
@@ -408,7 +481,10 @@ impl Worker {
         self.readiness = None;
         self.liveness = None;
         let (mut code, mut signal) = match r {
-            Ok(s) => (s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)), s.signal()),
+            Ok(s) => (
+                s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+                s.signal(),
+            ),
             Err(_) => (-1, None),
         };
         let mut note = None;
@@ -419,9 +495,14 @@ impl Worker {
             // report for the SIGTERM we sent is 0.
             code = 0;
             signal = None;
-            note = Some("stopped on SIGTERM; recorded as exit 0, as etcd exits when it is a container's PID 1");
+            note = Some(
+                "stopped on SIGTERM; recorded as exit 0, as etcd exits when it is a container's PID 1",
+            );
         }
-        let ran_for = self.started_instant.map(|s| s.elapsed()).unwrap_or_default();
+        let ran_for = self
+            .started_instant
+            .map(|s| s.elapsed())
+            .unwrap_or_default();
         let mut terminated = json!({
             "exitCode": code,
             "reason": if code == 0 { "Completed" } else { "Error" },
@@ -431,7 +512,9 @@ impl Worker {
         });
         if let Some(sig) = signal {
             terminated["signal"] = json!(sig);
-            let name = Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("unknown signal");
+            let name = Signal::try_from(sig)
+                .map(|s| s.as_str())
+                .unwrap_or("unknown signal");
             terminated["message"] = json!(format!("killed by {name}"));
         }
         if let Some(note) = note {
@@ -447,7 +530,7 @@ impl Worker {
             Some(Stop::Shutdown) => self.done = true,
             Some(Stop::Delete) => self.finalize().await,
             _ if self.deleting => self.finalize().await,
-            Some(Stop::NodeStop) => self.phase = if code == 0 { "Succeeded" } else { "Failed" },
+            Some(Stop::Node) => self.phase = if code == 0 { "Succeeded" } else { "Failed" },
             Some(Stop::Liveness) | None => {
                 let restart = match self.restart_policy() {
                     "Never" => false,
@@ -473,25 +556,43 @@ impl Worker {
     fn schedule_restart(&mut self) {
         let delay = self.backoff;
         let cfg = &self.node.config;
-        self.backoff = if delay.is_zero() { cfg.restart_backoff } else { (delay * 2).min(cfg.max_restart_backoff) };
+        self.backoff = if delay.is_zero() {
+            cfg.restart_backoff
+        } else {
+            (delay * 2).min(cfg.max_restart_backoff)
+        };
         if delay.is_zero() {
             self.start_container();
         } else {
             self.waiting = (
                 "CrashLoopBackOff".into(),
-                Some(format!("back-off {}s restarting failed container={}", delay.as_secs(), self.container.name)),
+                Some(format!(
+                    "back-off {}s restarting failed container={}",
+                    delay.as_secs(),
+                    self.container.name
+                )),
             );
             self.restart_at = Some(Instant::now() + delay);
         }
     }
 
     async fn probe_readiness(&mut self) {
-        let Some(state) = self.readiness.as_ref() else { return };
-        let outcome = probe::run_once(&state.probe, &self.container, IpAddr::V4(self.ip), &self.node.bins).await;
+        let Some(state) = self.readiness.as_ref() else {
+            return;
+        };
+        let outcome = probe::run_once(
+            &state.probe,
+            &self.container,
+            IpAddr::V4(self.ip),
+            &self.node.bins,
+        )
+        .await;
         if self.frozen || self.child.is_none() {
             return;
         }
-        let Some(state) = self.readiness.as_mut() else { return };
+        let Some(state) = self.readiness.as_mut() else {
+            return;
+        };
         match state.record(outcome, Instant::now()) {
             Verdict::Passing => self.ready = true,
             Verdict::Failing => self.ready = false,
@@ -500,12 +601,22 @@ impl Worker {
     }
 
     async fn probe_liveness(&mut self) {
-        let Some(state) = self.liveness.as_ref() else { return };
-        let outcome = probe::run_once(&state.probe, &self.container, IpAddr::V4(self.ip), &self.node.bins).await;
+        let Some(state) = self.liveness.as_ref() else {
+            return;
+        };
+        let outcome = probe::run_once(
+            &state.probe,
+            &self.container,
+            IpAddr::V4(self.ip),
+            &self.node.bins,
+        )
+        .await;
         if self.frozen || self.child.is_none() {
             return;
         }
-        let Some(state) = self.liveness.as_mut() else { return };
+        let Some(state) = self.liveness.as_mut() else {
+            return;
+        };
         if state.record(outcome, Instant::now()) == Verdict::Failing {
             let why = state.last_error.clone().unwrap_or_default();
             let grace = state
@@ -534,8 +645,13 @@ impl Worker {
 
     fn signal(&self, sig: Signal) -> Result<u32, String> {
         match (self.child.as_ref(), self.pid) {
-            (Some(_), Some(pid)) => kill(Pid::from_raw(pid as i32), sig).map(|()| pid).map_err(|e| format!("{sig}: {e}")),
-            _ => Err(format!("{}/{} has no running container", self.ns, self.name)),
+            (Some(_), Some(pid)) => kill(Pid::from_raw(pid as i32), sig)
+                .map(|()| pid)
+                .map_err(|e| format!("{sig}: {e}")),
+            _ => Err(format!(
+                "{}/{} has no running container",
+                self.ns, self.name
+            )),
         }
     }
 
@@ -565,7 +681,11 @@ impl Worker {
                 let _ = reply.send(r);
             }
             Command::Freeze(reply) => {
-                let r = if self.frozen { self.pid.ok_or_else(|| "not running".to_string()) } else { self.signal(Signal::SIGSTOP) };
+                let r = if self.frozen {
+                    self.pid.ok_or_else(|| "not running".to_string())
+                } else {
+                    self.signal(Signal::SIGSTOP)
+                };
                 if r.is_ok() {
                     self.frozen = true;
                     self.node.set_pid(&self.uid, self.pid, true);
@@ -578,7 +698,10 @@ impl Worker {
                     self.frozen = false;
                     self.node.set_pid(&self.uid, self.pid, false);
                     let t = Instant::now();
-                    self.readiness.iter_mut().chain(self.liveness.iter_mut()).for_each(|p| p.postpone(t));
+                    self.readiness
+                        .iter_mut()
+                        .chain(self.liveness.iter_mut())
+                        .for_each(|p| p.postpone(t));
                 }
                 let _ = reply.send(r);
             }
@@ -587,13 +710,17 @@ impl Worker {
                 self.restart_at = None;
                 if self.child.is_some() {
                     if self.stopping.is_none() {
-                        self.stop_process(Stop::NodeStop, self.grace());
+                        self.stop_process(Stop::Node, self.grace());
                     }
                     self.exit_waiters.push(ack);
                 } else {
                     if self.phase == "Running" {
                         // Between restarts: the node stop ends the Pod too.
-                        self.phase = if self.last_exit == Some(0) { "Succeeded" } else { "Failed" };
+                        self.phase = if self.last_exit == Some(0) {
+                            "Succeeded"
+                        } else {
+                            "Failed"
+                        };
                         self.terminated = self.last_state.take().or(self.terminated.take());
                     }
                     let _ = ack.send(());
@@ -661,14 +788,24 @@ impl Worker {
                             "finalizers": finalizers,
                             "resourceVersion": pod.metadata.resource_version,
                         }});
-                        if let Err(e) = api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                            tracing::debug!("removing the kubelet finalizer of {}/{}: {e}", self.ns, self.name);
+                        if let Err(e) = api
+                            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                        {
+                            tracing::debug!(
+                                "removing the kubelet finalizer of {}/{}: {e}",
+                                self.ns,
+                                self.name
+                            );
                             continue;
                         }
                     }
                     // Like the kubelet's final delete: the process is gone, so
                     // no grace is needed any more.
-                    let dp = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+                    let dp = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..Default::default()
+                    };
                     match api.delete(&self.name, &dp).await {
                         Ok(_) => return,
                         Err(kube::Error::Api(s)) if s.code == 404 => return,
@@ -700,7 +837,11 @@ impl Worker {
                 }
             };
             let mut finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
-            let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
             let held = finalizers.iter().any(|f| f == FINALIZER);
             if (held && bound) || pod.metadata.deletion_timestamp.is_some() {
                 return;
@@ -714,12 +855,21 @@ impl Worker {
             if !bound {
                 patch["spec"] = json!({"nodeName": super::NODE_NAME});
             }
-            match api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            match api
+                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
                 Ok(_) => return,
-                Err(e) => tracing::debug!("binding {}/{} to the local node: {e}", self.ns, self.name),
+                Err(e) => {
+                    tracing::debug!("binding {}/{} to the local node: {e}", self.ns, self.name)
+                }
             }
         }
-        tracing::warn!("could not add the kubelet finalizer to {}/{}", self.ns, self.name);
+        tracing::warn!(
+            "could not add the kubelet finalizer to {}/{}",
+            self.ns,
+            self.name
+        );
     }
 
     // ----- status -----------------------------------------------------------
@@ -745,7 +895,13 @@ impl Worker {
     fn status(&mut self) -> Value {
         let terminal = matches!(self.phase, "Succeeded" | "Failed");
         let ready = self.ready && self.child.is_some() && !terminal;
-        let not_ready_reason = if terminal { Some("PodCompleted") } else if ready { None } else { Some("ContainersNotReady") };
+        let not_ready_reason = if terminal {
+            Some("PodCompleted")
+        } else if ready {
+            None
+        } else {
+            Some("ContainersNotReady")
+        };
         let state = if let Some(t) = &self.terminated {
             t.clone()
         } else if let (Some(_), Some(at)) = (&self.child, self.started_at) {
@@ -796,7 +952,10 @@ impl Worker {
         }
         let api: Api<Pod> = Api::namespaced(self.node.client.clone(), &self.ns);
         let patch = json!({ "status": status });
-        match api.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => self.last_written = Some(status),
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.gone = true;
