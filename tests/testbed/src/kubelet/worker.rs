@@ -459,11 +459,19 @@ impl Worker {
                 tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started etcd");
             }
             Err(e) => {
-                self.waiting = (
-                    "RunContainerError".into(),
-                    Some(format!("starting {}: {e}", plan.program.display())),
-                );
-                self.schedule_restart();
+                let message = format!("starting {}: {e}", plan.program.display());
+                tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
+                if self.restart_policy() != "Never" {
+                    self.waiting = ("RunContainerError".into(), Some(message));
+                    self.schedule_restart();
+                } else {
+                    // As the kubelet reports a container that never started.
+                    self.terminated = Some(json!({"terminated": {
+                        "exitCode": 128, "reason": "StartError", "message": message,
+                        "finishedAt": now().to_string(),
+                    }}));
+                    self.phase = "Failed";
+                }
             }
         }
     }
