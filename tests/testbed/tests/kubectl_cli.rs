@@ -141,7 +141,8 @@ fn kubectl_applies_gets_patches_and_deletes_custom_resources() {
     let out = k.ok(&["apply", "-f", &crd]);
     assert!(out.contains("widgets.kubectl.testbed.io unchanged"), "{out}");
 
-    k.ok(&["create", "namespace", "other"]);
+    let ns = write(dir.path(), "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: other\n");
+    assert!(k.ok(&["apply", "-f", &ns]).contains("namespace/other created"));
     let w1 = write(dir.path(), "w1.yaml", &widget("alpha", "default", 3));
     let w2 = write(dir.path(), "w2.yaml", &widget("beta", "other", 5));
     let out = k.ok(&["apply", "-f", &w1]);
@@ -247,3 +248,4 @@ fn kubectl_get_pods_watch_sees_an_update() {
     child.wait().unwrap();
     reader.join().unwrap();
 }
+

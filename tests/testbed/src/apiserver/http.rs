@@ -123,6 +123,17 @@ async fn route(app: &Arc<App>, method: &Method, path: &str, params: &Params, hea
             let store = app.lock();
             discovery::resource_list(store.types.values(), g, v).map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
         }
+        ["openapi", "v3"] => {
+            read_only()?;
+            let types: Vec<ResourceType> = app.lock().types.values().cloned().collect();
+            ok(&discovery::openapi_v3_root(&types))
+        }
+        ["openapi", "v3", "api", v] | ["openapi", "v3", "apis", _, v] => {
+            read_only()?;
+            let group = if segs[2] == "api" { "" } else { segs[3] };
+            let types: Vec<ResourceType> = app.lock().types.values().cloned().collect();
+            discovery::openapi_v3_group_version(&types, group, v).map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
+        }
         ["api", v, rest @ ..] => {
             let target = resolve(app, "", v, rest, path)?;
             resource(app, method, target, params, headers, body).await
@@ -184,6 +195,14 @@ fn write_options(params: &Params) -> WriteOptions {
 }
 
 fn parse_json(body: &[u8]) -> ApiResult<Value> {
+    // Protobuf bodies (client-go's typed clients) start with this magic.
+    if body.starts_with(b"k8s\0") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the API stand-in speaks JSON only; protobuf request bodies are not supported",
+        ));
+    }
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
