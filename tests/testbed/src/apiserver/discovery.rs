@@ -45,12 +45,18 @@ fn groups<'a>(types: impl Iterator<Item = &'a ResourceType>) -> BTreeMap<String,
 }
 
 fn group_json(name: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     json!({"name": name, "versions": vs, "preferredVersion": vs[0]})
 }
 
 pub fn group_list<'a>(types: impl Iterator<Item = &'a ResourceType>) -> Value {
-    let list: Vec<Value> = groups(types).iter().map(|(g, vs)| group_json(g, vs)).collect();
+    let list: Vec<Value> = groups(types)
+        .iter()
+        .map(|(g, vs)| group_json(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list})
 }
 
@@ -63,13 +69,28 @@ pub fn group<'a>(types: impl Iterator<Item = &'a ResourceType>, name: &str) -> O
     Some(g)
 }
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// The APIResourceList of one group version, or None if nothing serves it.
-pub fn resource_list<'a>(types: impl Iterator<Item = &'a ResourceType>, group: &str, version: &str) -> Option<Value> {
+pub fn resource_list<'a>(
+    types: impl Iterator<Item = &'a ResourceType>,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let mut resources = Vec::new();
     for t in types.filter(|t| t.group == group) {
-        let Some(v) = t.version(version) else { continue };
+        let Some(v) = t.version(version) else {
+            continue;
+        };
         let mut r = json!({
             "name": t.plural,
             "singularName": t.singular,
@@ -108,12 +129,20 @@ pub fn resource_list<'a>(types: impl Iterator<Item = &'a ResourceType>, group: &
     if resources.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 /// Group versions served, as OpenAPI v3 path keys (`api/v1`, `apis/g/v`).
-fn served_group_versions<'a>(types: impl Iterator<Item = &'a ResourceType>) -> Vec<(String, String)> {
+fn served_group_versions<'a>(
+    types: impl Iterator<Item = &'a ResourceType>,
+) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for t in types {
         for v in &t.versions {
@@ -128,7 +157,11 @@ fn served_group_versions<'a>(types: impl Iterator<Item = &'a ResourceType>) -> V
 }
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: where each group version's document lives. The hash
@@ -144,7 +177,10 @@ pub fn openapi_v3_root(types: &[ResourceType]) -> Value {
             format!("{:016X}", h.finish())
         };
         let p = gv_path(&g, &v);
-        paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}));
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+        );
     }
     json!({"paths": paths})
 }
@@ -153,9 +189,16 @@ pub fn openapi_v3_root(types: &[ResourceType]) -> Value {
 /// enough for kubectl to learn that every resource's PATCH accepts
 /// `fieldValidation`, so it leaves validation to the server instead of
 /// validating client-side against schemas this stand-in does not publish.
-pub fn openapi_v3_group_version(types: &[ResourceType], group: &str, version: &str) -> Option<Value> {
+pub fn openapi_v3_group_version(
+    types: &[ResourceType],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let mut paths = serde_json::Map::new();
-    for t in types.iter().filter(|t| t.group == group && t.version(version).is_some()) {
+    for t in types
+        .iter()
+        .filter(|t| t.group == group && t.version(version).is_some())
+    {
         let gvk = json!({"group": group, "version": version, "kind": t.kind});
         let base = format!("/{}", gv_path(group, version));
         let item = if t.namespaced {

@@ -67,31 +67,56 @@ fn split_top_level(text: &str) -> Vec<&str> {
 }
 
 fn parse_requirement(term: &str) -> ApiResult<Requirement> {
-    let bad = || ApiError::bad_request(format!("unable to parse requirement: invalid label selector term {term:?}"));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "unable to parse requirement: invalid label selector term {term:?}"
+        ))
+    };
     if let Some(key) = term.strip_prefix('!') {
-        return Ok(Requirement::NotExists(valid_key(key.trim()).ok_or_else(bad)?));
+        return Ok(Requirement::NotExists(
+            valid_key(key.trim()).ok_or_else(bad)?,
+        ));
     }
     for (op, neg) in [(" notin ", true), (" in ", false)] {
         if let Some(idx) = term.find(op) {
             let key = valid_key(term[..idx].trim()).ok_or_else(bad)?;
             let rest = term[idx + op.len()..].trim();
-            let inner = rest.strip_prefix('(').and_then(|r| r.strip_suffix(')')).ok_or_else(bad)?;
-            let values: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
-            return Ok(if neg { Requirement::NotIn(key, values) } else { Requirement::In(key, values) });
+            let inner = rest
+                .strip_prefix('(')
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(bad)?;
+            let values: Vec<String> = inner
+                .split(',')
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect();
+            return Ok(if neg {
+                Requirement::NotIn(key, values)
+            } else {
+                Requirement::In(key, values)
+            });
         }
     }
     if let Some((k, v)) = term.split_once("!=") {
-        return Ok(Requirement::NotEq(valid_key(k.trim()).ok_or_else(bad)?, v.trim().to_string()));
+        return Ok(Requirement::NotEq(
+            valid_key(k.trim()).ok_or_else(bad)?,
+            v.trim().to_string(),
+        ));
     }
     if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-        return Ok(Requirement::Eq(valid_key(k.trim()).ok_or_else(bad)?, v.trim().to_string()));
+        return Ok(Requirement::Eq(
+            valid_key(k.trim()).ok_or_else(bad)?,
+            v.trim().to_string(),
+        ));
     }
     Ok(Requirement::Exists(valid_key(term).ok_or_else(bad)?))
 }
 
 fn valid_key(key: &str) -> Option<String> {
     let ok = !key.is_empty()
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
     ok.then(|| key.to_string())
 }
 
@@ -114,10 +139,15 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector: {term:?}"
+                )));
             };
             let field = field.trim();
-            if !matches!(field, "metadata.name" | "metadata.namespace" | "status.phase" | "spec.nodeName") {
+            if !matches!(
+                field,
+                "metadata.name" | "metadata.namespace" | "status.phase" | "spec.nodeName"
+            ) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {field} (the stand-in supports metadata.name, metadata.namespace, status.phase, spec.nodeName)"
                 )));
@@ -159,9 +189,21 @@ mod tests {
     #[test]
     fn field_selectors_on_name_and_namespace() {
         let obj = json!({"metadata": {"name": "a", "namespace": "ns"}});
-        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&obj));
-        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches(&obj));
-        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a").unwrap().matches(&obj));
+        assert!(
+            FieldSelector::parse("metadata.name=a")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=a")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            FieldSelector::parse("metadata.namespace==ns,metadata.name=a")
+                .unwrap()
+                .matches(&obj)
+        );
         assert!(FieldSelector::parse("spec.foo=1").is_err());
     }
 }
