@@ -1053,3 +1053,42 @@ async fn dropping_watches_ends_every_open_stream() {
     .expect("streams end after drop_watches");
     assert_eq!(ended, (true, true, true));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_inside_the_test_runtime_and_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start_in_runtime(dir.path(), ApiServerOptions::default())
+        .await
+        .unwrap();
+    let url = server.url().to_string();
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("here", &[]))
+        .await
+        .unwrap();
+    assert!(server.resource_version() > 1);
+    let kubeconfig = std::fs::read_to_string(dir.path().join("kubeconfig")).unwrap();
+    assert!(
+        kubeconfig.contains(&url) && kubeconfig.contains("namespace: default"),
+        "{kubeconfig}"
+    );
+    server.shutdown().await;
+    let addr = url.trim_start_matches("http://").to_string();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "nothing listens after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_server_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(dir.path()).unwrap();
+    let addr = server.url().trim_start_matches("http://").to_string();
+    assert!(tokio::net::TcpStream::connect(&addr).await.is_ok());
+    drop(server);
+    assert!(
+        tokio::net::TcpStream::connect(&addr).await.is_err(),
+        "nothing listens after drop"
+    );
+}

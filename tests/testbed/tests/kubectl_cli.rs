@@ -200,6 +200,8 @@ fn kubectl_applies_gets_patches_and_deletes_custom_resources() {
         alpha[alpha.len() - 1].ends_with('s'),
         "age column like 5s: {out}"
     );
+    // no Ready condition yet: an empty cell, so only four cells on the row
+    assert_eq!(row(&out, &["other", "beta"]).len(), 4, "{out}");
     assert_eq!(&row(&out, &["other", "beta"])[..3], ["other", "beta", "5"]);
 
     // the Ready column follows the condition
@@ -361,6 +363,12 @@ fn kubectl_get_pods_watch_sees_an_update() {
     );
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cells[..4], ["watched", "1/1", "Running", "1"], "{line}");
+
+    let described = k.ok(&["describe", "pod", "watched"]);
+    assert!(
+        described.contains("watched") && described.contains("Running"),
+        "{described}"
+    );
 
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
