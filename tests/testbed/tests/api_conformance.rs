@@ -469,6 +469,17 @@ async fn owner_references_collect_garbage_per_propagation_policy() {
     })
     .await;
 
+    // a dependent whose owner is already gone is collected too
+    let ghost: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "ghost-owner", "uid": "00000000-0000-0000-0000-000000000000"}}),
+    )
+    .unwrap();
+    owned_by(&cms, "stray", &ghost, false, false).await;
+    eventually("dependent of a missing owner collected", || async {
+        cms.get_opt("stray").await.unwrap().is_none()
+    })
+    .await;
+
     // orphan: dependents stay, without the owner reference
     let owner = cms
         .create(&PostParams::default(), &cm("owner", &[]))

@@ -327,6 +327,13 @@ impl Store {
         }
         let stored = self.put(&rt.key(), obj);
         self.after_write(rt, &stored);
+        if !owner_uids(&stored).is_empty() {
+            // A dependent of owners that no longer exist is garbage at once.
+            self.collect_garbage();
+            if self.get(&rt.key(), ns, &name).is_none() {
+                return Ok(stored);
+            }
+        }
         Ok(stored)
     }
 
