@@ -370,6 +370,39 @@ fn kubectl_get_pods_watch_sees_an_update() {
         "{described}"
     );
 
+    // client-side apply of a built-in type goes through strategic merge
+    let pod = |image: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: applied\n  labels: {{app: etcd}}\nspec:\n  containers:\n  - name: etcd\n    image: {image}\n    args: [--name, one]\n  - name: sidecar\n    image: busybox\n"
+        )
+    };
+    let p1 = write(dir.path(), "p1.yaml", &pod("etcd:3.5.1"));
+    assert!(k.ok(&["apply", "-f", &p1]).contains("pod/applied created"));
+    let p2 = write(dir.path(), "p2.yaml", &pod("etcd:3.5.2"));
+    assert!(
+        k.ok(&["apply", "-f", &p2])
+            .contains("pod/applied configured")
+    );
+    let images = k.ok(&[
+        "get",
+        "pod",
+        "applied",
+        "-o",
+        "jsonpath={.spec.containers[*].image} {.spec.containers[0].args}",
+    ]);
+    assert_eq!(images, r#"etcd:3.5.2 busybox ["--name","one"]"#);
+    let wide = k.ok(&["get", "pods", "-o", "wide", "-l", "app=etcd"]);
+    assert_eq!(
+        row(&wide, &["NAME"]),
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"],
+        "{wide}"
+    );
+    assert_eq!(
+        row(&wide, &["applied"])[..3],
+        ["applied", "0/2", "Pending"],
+        "{wide}"
+    );
+
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     child.wait().unwrap();
