@@ -224,6 +224,15 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
+/// `Accept: ...;as=PartialObjectMetadata...` (kube's metadata API and
+/// metadata_watcher).
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+}
+
 fn write_options(params: &Params) -> WriteOptions {
     WriteOptions {
         dry_run: params.get("dryRun").is_some_and(|d| d == "All"),
@@ -283,14 +292,20 @@ async fn resource(
         return Err(err);
     }
     let table = wants_table(headers);
+    let metadata_only = !table && wants_metadata(headers);
     match verb {
         Verb::Watch => watch::serve(
             app,
             &t,
             params,
             table.then(|| IncludeObject::parse(params.get("includeObject").map(String::as_str))),
+            metadata_only,
         ),
-        Verb::List => list(app, &t, params, table),
+        Verb::List => list(app, &t, params, table, metadata_only),
+        Verb::Get if metadata_only && t.subresource.is_none() => {
+            let obj = current(&app.lock(), &t)?;
+            ok(&table::partial(&obj))
+        }
         Verb::Get => get(app, &t, table, params),
         Verb::Create => {
             let obj = parse_json(&body)?;
@@ -329,7 +344,13 @@ fn selected(t: &Target, store: &Store, params: &Params) -> ApiResult<Vec<Value>>
         .collect())
 }
 
-fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Response> {
+fn list(
+    app: &App,
+    t: &Target,
+    params: &Params,
+    table: bool,
+    metadata_only: bool,
+) -> ApiResult<Response> {
     let (mut items, rv) = {
         let store = app.lock();
         (selected(t, &store, params)?, store.current_rv())
@@ -360,6 +381,15 @@ fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Respon
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         metadata["continue"] = json!(c);
+    }
+    if metadata_only {
+        let items: Vec<Value> = items.iter().map(table::partial).collect();
+        return ok(&json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": metadata,
+            "items": items,
+        }));
     }
     ok(&json!({
         "kind": t.rt.list_kind,

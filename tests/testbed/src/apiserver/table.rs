@@ -223,16 +223,21 @@ fn custom_cells(cols: &[PrinterColumn], obj: &Value) -> Vec<Value> {
     cells
 }
 
+/// An object reduced to `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj["metadata"],
+    })
+}
+
 /// One row's `object`, per `includeObject`.
 fn row_object(obj: &Value, include: IncludeObject) -> Option<Value> {
     match include {
         IncludeObject::None => None,
         IncludeObject::Object => Some(obj.clone()),
-        IncludeObject::Metadata => Some(json!({
-            "kind": "PartialObjectMetadata",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": obj["metadata"],
-        })),
+        IncludeObject::Metadata => Some(partial(obj)),
     }
 }
 
