@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::{WatchStreamExt, metadata_watcher, reflector, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use steward_testbed::ApiServer;
@@ -320,13 +320,13 @@ async fn metadata_api_and_metadata_watcher_see_partial_objects() {
     let list = cms.list_metadata(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
 
+    // Api<PartialObjectMeta<K>> makes metadata-only requests
+    let metas: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
     let (reader, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        metadata_watcher(cms.clone(), watcher::Config::default()),
-    )
-    .default_backoff()
-    .applied_objects();
+    let stream = reflector(writer, watcher(metas, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while stream.next().await.is_some() {}
