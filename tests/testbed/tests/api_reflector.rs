@@ -22,19 +22,33 @@ use steward_testbed::ApiServer;
 const EVENTUALLY: Duration = Duration::from_secs(15);
 
 fn cm(name: &str, v: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "r"}}, "data": {"v": v}})).unwrap()
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"app": "r"}}, "data": {"v": v}}),
+    )
+    .unwrap()
 }
 
 fn snapshot(store: &reflector::Store<ConfigMap>) -> BTreeMap<String, String> {
     store
         .state()
         .iter()
-        .map(|o| (o.name_any(), o.data.as_ref().and_then(|d| d.get("v").cloned()).unwrap_or_default()))
+        .map(|o| {
+            (
+                o.name_any(),
+                o.data
+                    .as_ref()
+                    .and_then(|d| d.get("v").cloned())
+                    .unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
 async fn converges(store: &reflector::Store<ConfigMap>, want: &[(&str, &str)], what: &str) {
-    let want: BTreeMap<String, String> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let want: BTreeMap<String, String> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     let start = Instant::now();
     while start.elapsed() < EVENTUALLY {
         if snapshot(store) == want {
@@ -50,34 +64,68 @@ async fn reflector_scenario(config: watcher::Config) {
     let server = ApiServer::start(dir.path()).unwrap();
     let client = server.client().await.unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
-    cms.create(&PostParams::default(), &cm("pre", "0")).await.unwrap();
+    cms.create(&PostParams::default(), &cm("pre", "0"))
+        .await
+        .unwrap();
 
     let (reader, writer) = reflector::store();
-    let stream = reflector(writer, watcher(cms.clone(), config)).default_backoff().applied_objects();
+    let stream = reflector(writer, watcher(cms.clone(), config))
+        .default_backoff()
+        .applied_objects();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while stream.next().await.is_some() {}
     });
     converges(&reader, &[("pre", "0")], "initial list").await;
 
-    cms.create(&PostParams::default(), &cm("a", "1")).await.unwrap();
-    cms.create(&PostParams::default(), &cm("b", "1")).await.unwrap();
-    cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await.unwrap();
+    cms.create(&PostParams::default(), &cm("a", "1"))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("b", "1"))
+        .await
+        .unwrap();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "2"}})),
+    )
+    .await
+    .unwrap();
     cms.delete("pre", &DeleteParams::default()).await.unwrap();
-    converges(&reader, &[("a", "2"), ("b", "1")], "after create/update/delete").await;
+    converges(
+        &reader,
+        &[("a", "2"), ("b", "1")],
+        "after create/update/delete",
+    )
+    .await;
 
     // every open watch is cut; changes made meanwhile still arrive
     server.faults().drop_watches();
     cms.delete("b", &DeleteParams::default()).await.unwrap();
-    cms.create(&PostParams::default(), &cm("c", "3")).await.unwrap();
-    cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "4"}}))).await.unwrap();
+    cms.create(&PostParams::default(), &cm("c", "3"))
+        .await
+        .unwrap();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "4"}})),
+    )
+    .await
+    .unwrap();
     converges(&reader, &[("a", "4"), ("c", "3")], "after drop_watches").await;
 
     // and once more, with history compacted away: the watcher relists
     server.faults().drop_watches();
     server.compact();
-    cms.create(&PostParams::default(), &cm("d", "5")).await.unwrap();
-    converges(&reader, &[("a", "4"), ("c", "3"), ("d", "5")], "after compaction").await;
+    cms.create(&PostParams::default(), &cm("d", "5"))
+        .await
+        .unwrap();
+    converges(
+        &reader,
+        &[("a", "4"), ("c", "3"), ("d", "5")],
+        "after compaction",
+    )
+    .await;
 
     task.abort();
 }
@@ -99,17 +147,36 @@ async fn watcher_filters_by_label_selector_transitions() {
     let client = server.client().await.unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let (reader, writer) = reflector::store();
-    let stream = reflector(writer, watcher(cms.clone(), watcher::Config::default().labels("app=r"))).default_backoff().applied_objects();
+    let stream = reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default().labels("app=r")),
+    )
+    .default_backoff()
+    .applied_objects();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while stream.next().await.is_some() {}
     });
-    cms.create(&PostParams::default(), &cm("in", "1")).await.unwrap();
+    cms.create(&PostParams::default(), &cm("in", "1"))
+        .await
+        .unwrap();
     converges(&reader, &[("in", "1")], "labelled object seen").await;
     // relabelling out of the selector reads as a deletion to this watcher
-    cms.patch("in", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}}))).await.unwrap();
+    cms.patch(
+        "in",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})),
+    )
+    .await
+    .unwrap();
     converges(&reader, &[], "relabelled object gone").await;
-    cms.patch("in", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "r"}}}))).await.unwrap();
+    cms.patch(
+        "in",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "r"}}})),
+    )
+    .await
+    .unwrap();
     converges(&reader, &[("in", "1")], "relabelled object back").await;
     task.abort();
 }
@@ -183,7 +250,13 @@ async fn controller_with_finalizer_and_events_runs_its_cycle() {
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let ctx = Arc::new(Ctx {
         api: cms.clone(),
-        recorder: Recorder::new(client.clone(), Reporter { controller: "testbed-controller".into(), instance: None }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "testbed-controller".into(),
+                instance: None,
+            },
+        ),
         applied: AtomicUsize::new(0),
         cleaned: AtomicUsize::new(0),
     });
@@ -192,21 +265,84 @@ async fn controller_with_finalizer_and_events_runs_its_cycle() {
         .for_each(|_| async {});
     let task = tokio::spawn(controller);
 
-    cms.create(&PostParams::default(), &cm("managed", "1")).await.unwrap();
+    cms.create(&PostParams::default(), &cm("managed", "1"))
+        .await
+        .unwrap();
     eventually("finalizer added and object reconciled", || async {
         let o = cms.get("managed").await.unwrap();
-        o.finalizers().iter().any(|f| f == "testbed.io/cleanup") && o.data.unwrap_or_default().get("reconciled").map(String::as_str) == Some("yes")
+        o.finalizers().iter().any(|f| f == "testbed.io/cleanup")
+            && o.data
+                .unwrap_or_default()
+                .get("reconciled")
+                .map(String::as_str)
+                == Some("yes")
     })
     .await;
     let events: Api<K8sEvent> = Api::default_namespaced(client.clone());
     eventually("event recorded", || async {
-        events.list(&ListParams::default()).await.unwrap().items.iter().any(|e| e.reason.as_deref() == Some("Reconciled"))
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Reconciled"))
     })
     .await;
 
-    cms.delete("managed", &DeleteParams::default()).await.unwrap();
-    eventually("cleanup ran and the object is gone", || async { cms.get_opt("managed").await.unwrap().is_none() }).await;
+    cms.delete("managed", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("cleanup ran and the object is gone", || async {
+        cms.get_opt("managed").await.unwrap().is_none()
+    })
+    .await;
     assert_eq!(ctx.cleaned.load(Ordering::SeqCst), 1);
     assert!(ctx.applied.load(Ordering::SeqCst) >= 1);
+    task.abort();
+}
+
+#[tokio::test]
+async fn metadata_api_and_metadata_watcher_see_partial_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(dir.path()).unwrap();
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("m1", "1"))
+        .await
+        .unwrap();
+    let meta = cms.get_metadata("m1").await.unwrap();
+    assert_eq!(
+        meta.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    assert_eq!(meta.labels().get("app").map(String::as_str), Some("r"));
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+
+    // Api<PartialObjectMeta<K>> makes metadata-only requests
+    let metas: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(metas, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while stream.next().await.is_some() {}
+    });
+    cms.create(&PostParams::default(), &cm("m2", "2"))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let mut names: Vec<String> = reader.state().iter().map(|o| o.name_any()).collect();
+        names.sort();
+        if names == ["m1", "m2"] {
+            break;
+        }
+        assert!(start.elapsed() < EVENTUALLY, "metadata store is {names:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     task.abort();
 }

@@ -18,7 +18,12 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
@@ -28,13 +33,21 @@ impl ApiError {
     }
 
     pub fn not_found_path(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         let resource = qualified(plural, group);
-        Self::new(409, "AlreadyExists", format!("{resource} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{resource} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
@@ -61,7 +74,10 @@ impl ApiError {
         let message = if list.len() == 1 {
             format!("{kind}.{group} \"{name}\" is invalid: {}", list[0])
         } else {
-            format!("{kind}.{group} \"{name}\" is invalid: [{}]", list.join(", "))
+            format!(
+                "{kind}.{group} \"{name}\" is invalid: [{}]",
+                list.join(", ")
+            )
         };
         let message = message.replace(&format!("{kind}. \""), &format!("{kind} \""));
         let causes: Vec<Value> = causes
@@ -104,7 +120,11 @@ impl ApiError {
 }
 
 fn qualified(plural: &str, group: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 impl std::fmt::Display for ApiError {
@@ -120,7 +140,9 @@ impl IntoResponse for ApiError {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, axum::Json(self.to_status())).into_response();
         if self.code == 429 {
-            response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }
         response
     }
@@ -162,7 +184,11 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(field: impl Into<String>, kind: FieldErrorKind, detail: impl Into<String>) -> Self {
-        Self { field: field.into(), kind, detail: detail.into() }
+        Self {
+            field: field.into(),
+            kind,
+            detail: detail.into(),
+        }
     }
 
     fn detail_message(&self) -> String {
@@ -171,7 +197,11 @@ impl FieldError {
             FieldErrorKind::Invalid(v) => format!("Invalid value: {}", short(v)),
             FieldErrorKind::NotSupported(v, allowed) => {
                 let quoted: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
-                format!("Unsupported value: {}: supported values: {}", short(v), quoted.join(", "))
+                format!(
+                    "Unsupported value: {}: supported values: {}",
+                    short(v),
+                    quoted.join(", ")
+                )
             }
             FieldErrorKind::TypeInvalid(v, _) => format!("Invalid value: {}", short(v)),
             FieldErrorKind::Forbidden => "Forbidden".to_string(),

@@ -90,7 +90,14 @@ impl Faults {
             Some((p, g)) => (p.to_string(), Some(g.to_string())),
             None => (res.to_string(), None),
         };
-        self.rules.lock().expect("faults lock").push(Rule { verb, plural, group, subresource: sub, remaining: count, with });
+        self.rules.lock().expect("faults lock").push(Rule {
+            verb,
+            plural,
+            group,
+            subresource: sub,
+            remaining: count,
+            with,
+        });
     }
 
     /// Delays every request (before it touches the store) by `latency`.
@@ -116,7 +123,12 @@ impl Faults {
 
     /// Failures still queued.
     pub fn pending(&self) -> usize {
-        self.rules.lock().expect("faults lock").iter().map(|r| r.remaining).sum()
+        self.rules
+            .lock()
+            .expect("faults lock")
+            .iter()
+            .map(|r| r.remaining)
+            .sum()
     }
 
     pub(crate) fn latency(&self) -> Duration {
@@ -128,14 +140,22 @@ impl Faults {
     }
 
     /// The failure this request must get, consuming one from its rule.
-    pub(crate) fn take(&self, verb: Verb, group: &str, plural: &str, subresource: Option<&str>) -> Option<ApiError> {
+    pub(crate) fn take(
+        &self,
+        verb: Verb,
+        group: &str,
+        plural: &str,
+        subresource: Option<&str>,
+    ) -> Option<ApiError> {
         let mut rules = self.rules.lock().expect("faults lock");
         let rule = rules.iter_mut().find(|r| {
             r.remaining > 0
                 && r.verb == verb
                 && r.plural == plural
                 && r.group.as_deref().is_none_or(|g| g == group)
-                && r.subresource.as_deref().is_none_or(|s| Some(s) == subresource)
+                && r.subresource
+                    .as_deref()
+                    .is_none_or(|s| Some(s) == subresource)
         })?;
         rule.remaining -= 1;
         let with = rule.with;
@@ -143,9 +163,21 @@ impl Faults {
         self.injected.fetch_add(1, Ordering::SeqCst);
         let what = format!("injected fault: {} {plural}", verb.as_str());
         Some(match with {
-            FailWith::Conflict => ApiError::new(409, "Conflict", format!("{what}: the object has been modified; please apply your changes to the latest version and try again")),
+            FailWith::Conflict => ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "{what}: the object has been modified; please apply your changes to the latest version and try again"
+                ),
+            ),
             FailWith::Internal => ApiError::internal(what),
-            FailWith::TooManyRequests => ApiError::new(429, "TooManyRequests", format!("{what}: the server has received too many requests and has asked us to try again later")),
+            FailWith::TooManyRequests => ApiError::new(
+                429,
+                "TooManyRequests",
+                format!(
+                    "{what}: the server has received too many requests and has asked us to try again later"
+                ),
+            ),
         })
     }
 }

@@ -67,9 +67,13 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     }
     let body = match axum::body::to_bytes(req.into_body(), 64 << 20).await {
         Ok(b) => b,
-        Err(e) => return ApiError::bad_request(format!("reading the request body: {e}")).into_response(),
+        Err(e) => {
+            return ApiError::bad_request(format!("reading the request body: {e}")).into_response();
+        }
     };
-    let params: Params = Query::<Params>::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
+    let params: Params = Query::<Params>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .unwrap_or_default();
     let response = route(&app, &method, uri.path(), &params, &headers, body).await;
     let response = response.unwrap_or_else(|e| {
         debug!(%method, %uri, code = e.code, reason = e.reason, message = %e.message, "apiserver error");
@@ -88,10 +92,27 @@ fn ok(v: &Value) -> ApiResult<Response> {
     Ok(json_response(StatusCode::OK, v))
 }
 
-async fn route(app: &Arc<App>, method: &Method, path: &str, params: &Params, headers: &HeaderMap, body: Bytes) -> ApiResult<Response> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+async fn route(
+    app: &Arc<App>,
+    method: &Method,
+    path: &str,
+    params: &Params,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let read_only = || {
-        if method == Method::GET { Ok(()) } else { Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}"))) }
+        if method == Method::GET {
+            Ok(())
+        } else {
+            Err(ApiError::method_not_allowed(format!(
+                "{method} is not allowed on {path}"
+            )))
+        }
     };
     match segs.as_slice() {
         ["version"] => {
@@ -111,17 +132,32 @@ async fn route(app: &Arc<App>, method: &Method, path: &str, params: &Params, hea
         ["api", v] => {
             read_only()?;
             let store = app.lock();
-            discovery::resource_list(store.types.values(), "", v).map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
+            discovery::resource_list(store.types.values(), "", v)
+                .map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
         }
         ["apis", g] => {
             read_only()?;
             let store = app.lock();
-            discovery::group(store.types.values(), g).map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
+            discovery::group(store.types.values(), g)
+                .map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
         }
         ["apis", g, v] => {
             read_only()?;
             let store = app.lock();
-            discovery::resource_list(store.types.values(), g, v).map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
+            discovery::resource_list(store.types.values(), g, v)
+                .map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
+        }
+        ["openapi", "v3"] => {
+            read_only()?;
+            let types: Vec<ResourceType> = app.lock().types.values().cloned().collect();
+            ok(&discovery::openapi_v3_root(&types))
+        }
+        ["openapi", "v3", "api", v] | ["openapi", "v3", "apis", _, v] => {
+            read_only()?;
+            let group = if segs[2] == "api" { "" } else { segs[3] };
+            let types: Vec<ResourceType> = app.lock().types.values().cloned().collect();
+            discovery::openapi_v3_group_version(&types, group, v)
+                .map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
         }
         ["api", v, rest @ ..] => {
             let target = resolve(app, "", v, rest, path)?;
@@ -137,11 +173,20 @@ async fn route(app: &Arc<App>, method: &Method, path: &str, params: &Params, hea
 
 fn resolve(app: &App, group: &str, version: &str, rest: &[&str], path: &str) -> ApiResult<Target> {
     let store = app.lock();
-    let lookup = |plural: &str| store.types.get(&ResKey::new(group, plural)).filter(|t| t.version(version).is_some());
+    let lookup = |plural: &str| {
+        store
+            .types
+            .get(&ResKey::new(group, plural))
+            .filter(|t| t.version(version).is_some())
+    };
     let (rt, namespace, name, sub, extra) = match rest {
-        ["namespaces", ns, plural, tail @ ..] if lookup(plural).is_some_and(|t| t.namespaced) => {
-            (lookup(plural), Some(ns.to_string()), tail.first(), tail.get(1), tail.get(2))
-        }
+        ["namespaces", ns, plural, tail @ ..] if lookup(plural).is_some_and(|t| t.namespaced) => (
+            lookup(plural),
+            Some(ns.to_string()),
+            tail.first(),
+            tail.get(1),
+            tail.get(2),
+        ),
         [plural, tail @ ..] => (lookup(plural), None, tail.first(), tail.get(1), tail.get(2)),
         [] => (None, None, None, None, None),
     };
@@ -173,7 +218,19 @@ pub fn present(t: &Target, mut obj: Value) -> Value {
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
-    headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()).is_some_and(|a| a.contains("as=Table"))
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+/// `Accept: ...;as=PartialObjectMetadata...` (kube's metadata API and
+/// metadata_watcher).
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
 }
 
 fn write_options(params: &Params) -> WriteOptions {
@@ -184,13 +241,29 @@ fn write_options(params: &Params) -> WriteOptions {
 }
 
 fn parse_json(body: &[u8]) -> ApiResult<Value> {
+    // Protobuf bodies (client-go's typed clients) start with this magic.
+    if body.starts_with(b"k8s\0") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the API stand-in speaks JSON only; protobuf request bodies are not supported",
+        ));
+    }
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-async fn resource(app: &Arc<App>, method: &Method, t: Target, params: &Params, headers: &HeaderMap, body: Bytes) -> ApiResult<Response> {
+async fn resource(
+    app: &Arc<App>,
+    method: &Method,
+    t: Target,
+    params: &Params,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
     let is_watch = params.get("watch").is_some_and(|w| w == "true" || w == "1");
     let verb = match (method.clone(), t.name.is_some()) {
         (Method::GET, false) if is_watch => Verb::Watch,
@@ -200,23 +273,45 @@ async fn resource(app: &Arc<App>, method: &Method, t: Target, params: &Params, h
         (Method::PUT, true) => Verb::Update,
         (Method::PATCH, true) => Verb::Patch,
         (Method::DELETE, _) => Verb::Delete,
-        _ => return Err(ApiError::method_not_allowed(format!("the server does not allow this method on the requested resource ({method})"))),
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({method})"
+            )));
+        }
     };
     if verb == Verb::Create && t.rt.namespaced && t.namespace.is_none() {
-        return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource: create needs a namespace"));
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource: create needs a namespace",
+        ));
     }
-    if let Some(err) = app.faults.take(verb, &t.rt.group, &t.rt.plural, t.subresource.as_deref()) {
+    if let Some(err) = app
+        .faults
+        .take(verb, &t.rt.group, &t.rt.plural, t.subresource.as_deref())
+    {
         debug!(verb = verb.as_str(), resource = %t.rt.plural, code = err.code, "injecting fault");
         return Err(err);
     }
     let table = wants_table(headers);
+    let metadata_only = !table && wants_metadata(headers);
     match verb {
-        Verb::Watch => watch::serve(app, &t, params, table.then(|| IncludeObject::parse(params.get("includeObject").map(String::as_str)))),
-        Verb::List => list(app, &t, params, table),
+        Verb::Watch => watch::serve(
+            app,
+            &t,
+            params,
+            table.then(|| IncludeObject::parse(params.get("includeObject").map(String::as_str))),
+            metadata_only,
+        ),
+        Verb::List => list(app, &t, params, table, metadata_only),
+        Verb::Get if metadata_only && t.subresource.is_none() => {
+            let obj = current(&app.lock(), &t)?;
+            ok(&table::partial(&obj))
+        }
         Verb::Get => get(app, &t, table, params),
         Verb::Create => {
             let obj = parse_json(&body)?;
-            let created = app.lock().create(&t.rt, &t.version, t.ns(), obj, &write_options(params))?;
+            let created =
+                app.lock()
+                    .create(&t.rt, &t.version, t.ns(), obj, &write_options(params))?;
             Ok(json_response(StatusCode::CREATED, &present(&t, created)))
         }
         Verb::Update => {
@@ -230,8 +325,18 @@ async fn resource(app: &Arc<App>, method: &Method, t: Target, params: &Params, h
 }
 
 fn selected(t: &Target, store: &Store, params: &Params) -> ApiResult<Vec<Value>> {
-    let labels = LabelSelector::parse(params.get("labelSelector").map(String::as_str).unwrap_or(""))?;
-    let fields = FieldSelector::parse(params.get("fieldSelector").map(String::as_str).unwrap_or(""))?;
+    let labels = LabelSelector::parse(
+        params
+            .get("labelSelector")
+            .map(String::as_str)
+            .unwrap_or(""),
+    )?;
+    let fields = FieldSelector::parse(
+        params
+            .get("fieldSelector")
+            .map(String::as_str)
+            .unwrap_or(""),
+    )?;
     Ok(store
         .list(&t.rt.key(), t.namespace.as_deref())
         .filter(|o| labels.matches(o) && fields.matches(o))
@@ -239,21 +344,31 @@ fn selected(t: &Target, store: &Store, params: &Params) -> ApiResult<Vec<Value>>
         .collect())
 }
 
-fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Response> {
+fn list(
+    app: &App,
+    t: &Target,
+    params: &Params,
+    table: bool,
+    metadata_only: bool,
+) -> ApiResult<Response> {
     let (mut items, rv) = {
         let store = app.lock();
         (selected(t, &store, params)?, store.current_rv())
     };
     let mut cont = None;
     if let Some(after) = params.get("continue").filter(|c| !c.is_empty()) {
-        let key = decode_continue(after).ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+        let key = decode_continue(after)
+            .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
         items.retain(|o| continue_key(o) > key);
     }
-    if let Some(limit) = params.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0) {
-        if items.len() > limit {
-            items.truncate(limit);
-            cont = items.last().map(|o| encode_continue(&continue_key(o)));
-        }
+    if let Some(limit) = params
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0)
+        && items.len() > limit
+    {
+        items.truncate(limit);
+        cont = items.last().map(|o| encode_continue(&continue_key(o)));
     }
     if table {
         let include = IncludeObject::parse(params.get("includeObject").map(String::as_str));
@@ -267,6 +382,15 @@ fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Respon
     if let Some(c) = cont {
         metadata["continue"] = json!(c);
     }
+    if metadata_only {
+        let items: Vec<Value> = items.iter().map(table::partial).collect();
+        return ok(&json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": metadata,
+            "items": items,
+        }));
+    }
     ok(&json!({
         "kind": t.rt.list_kind,
         "apiVersion": t.rt.api_version(&t.version),
@@ -276,7 +400,11 @@ fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Respon
 }
 
 fn continue_key(o: &Value) -> String {
-    format!("{}\u{0}{}", o["metadata"]["namespace"].as_str().unwrap_or(""), o["metadata"]["name"].as_str().unwrap_or(""))
+    format!(
+        "{}\u{0}{}",
+        o["metadata"]["namespace"].as_str().unwrap_or(""),
+        o["metadata"]["name"].as_str().unwrap_or("")
+    )
 }
 
 fn encode_continue(k: &str) -> String {
@@ -284,13 +412,19 @@ fn encode_continue(k: &str) -> String {
 }
 
 fn decode_continue(s: &str) -> Option<String> {
-    let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
     String::from_utf8(bytes?).ok()
 }
 
 fn current(store: &Store, t: &Target) -> ApiResult<Value> {
     let name = t.name.as_deref().unwrap_or("");
-    store.get(&t.rt.key(), t.ns(), name).cloned().ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))
+    store
+        .get(&t.rt.key(), t.ns(), name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))
 }
 
 fn get(app: &App, t: &Target, table: bool, params: &Params) -> ApiResult<Response> {
@@ -310,23 +444,40 @@ fn get(app: &App, t: &Target, table: bool, params: &Params) -> ApiResult<Respons
 }
 
 fn endpoint(t: &Target) -> Endpoint {
-    if t.subresource.as_deref() == Some("status") { Endpoint::Status } else { Endpoint::Main }
+    if t.subresource.as_deref() == Some("status") {
+        Endpoint::Status
+    } else {
+        Endpoint::Main
+    }
 }
 
 fn update(app: &App, t: &Target, obj: Value, params: &Params) -> ApiResult<Response> {
     let name = t.name.as_deref().unwrap_or("");
     let opts = write_options(params);
     let mut store = app.lock();
-    let obj = if t.subresource.as_deref() == Some("scale") { from_scale(t, &current(&store, t)?, &obj)? } else { obj };
-    let updated = store.update(&t.rt, &t.version, t.ns(), name, obj, endpoint(t), &opts)?;
+    let obj = if t.subresource.as_deref() == Some("scale") {
+        from_scale(t, &current(&store, t)?, &obj)?
+    } else {
+        obj
+    };
+    let updated = store.update(&t.rt, &t.version, (t.ns(), name), obj, endpoint(t), &opts)?;
     if t.subresource.as_deref() == Some("scale") {
         return ok(&to_scale(t, &updated));
     }
     ok(&present(t, updated))
 }
 
-fn patch(app: &App, t: &Target, params: &Params, headers: &HeaderMap, body: &[u8]) -> ApiResult<Response> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("");
+fn patch(
+    app: &App,
+    t: &Target,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("");
     let ty = PatchType::from_content_type(ct)?;
     let patch_doc = patch::parse_body(body, ty)?;
     let name = t.name.as_deref().unwrap_or("").to_string();
@@ -347,14 +498,35 @@ fn patch(app: &App, t: &Target, params: &Params, headers: &HeaderMap, body: &[u8
         let api_version = t.rt.api_version(&t.version);
         return match existing {
             None if endpoint(t) == Endpoint::Main => {
-                let obj = patch::server_side_apply(&json!({"metadata": {}}), &patch_doc, manager, force, &api_version, &now())?;
+                let obj = patch::server_side_apply(
+                    &json!({"metadata": {}}),
+                    &patch_doc,
+                    manager,
+                    force,
+                    &api_version,
+                    &now(),
+                )?;
                 let created = store.create(&t.rt, &t.version, t.ns(), obj, &opts)?;
                 Ok(json_response(StatusCode::CREATED, &present(t, created)))
             }
             None => Err(ApiError::not_found(&t.rt.group, &t.rt.plural, &name)),
             Some(live) => {
-                let merged = patch::server_side_apply(&present(t, live), &patch_doc, manager, force, &api_version, &now())?;
-                let updated = store.update(&t.rt, &t.version, t.ns(), &name, merged, endpoint(t), &opts)?;
+                let merged = patch::server_side_apply(
+                    &present(t, live),
+                    &patch_doc,
+                    manager,
+                    force,
+                    &api_version,
+                    &now(),
+                )?;
+                let updated = store.update(
+                    &t.rt,
+                    &t.version,
+                    (t.ns(), &name),
+                    merged,
+                    endpoint(t),
+                    &opts,
+                )?;
                 ok(&present(t, updated))
             }
         };
@@ -363,38 +535,78 @@ fn patch(app: &App, t: &Target, params: &Params, headers: &HeaderMap, body: &[u8
     if t.subresource.as_deref() == Some("scale") {
         let scale = patch::apply_patch(&to_scale(t, &live), &patch_doc, ty)?;
         let obj = from_scale(t, &live, &scale)?;
-        let updated = store.update(&t.rt, &t.version, t.ns(), &name, obj, Endpoint::Main, &opts)?;
+        let updated = store.update(
+            &t.rt,
+            &t.version,
+            (t.ns(), &name),
+            obj,
+            Endpoint::Main,
+            &opts,
+        )?;
         return ok(&to_scale(t, &updated));
     }
     let patched = patch::apply_patch(&present(t, live), &patch_doc, ty)?;
-    let updated = store.update(&t.rt, &t.version, t.ns(), &name, patched, endpoint(t), &opts)?;
+    let updated = store.update(
+        &t.rt,
+        &t.version,
+        (t.ns(), &name),
+        patched,
+        endpoint(t),
+        &opts,
+    )?;
     ok(&present(t, updated))
 }
 
 fn delete_options(params: &Params, body: &[u8]) -> ApiResult<DeleteOptions> {
-    let b: Value = if body.is_empty() { json!({}) } else { parse_json(body)? };
-    let policy = b["propagationPolicy"].as_str().map(str::to_string).or_else(|| params.get("propagationPolicy").cloned());
+    let b: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_json(body)?
+    };
+    let policy = b["propagationPolicy"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| params.get("propagationPolicy").cloned());
     let propagation = match policy.as_deref() {
         None | Some("Background") => Propagation::Background,
         Some("Foreground") => Propagation::Foreground,
         Some("Orphan") => Propagation::Orphan,
-        Some(other) => return Err(ApiError::bad_request(format!("unknown propagationPolicy {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown propagationPolicy {other:?}"
+            )));
+        }
     };
-    let propagation = if b["orphanDependents"].as_bool() == Some(true) { Propagation::Orphan } else { propagation };
-    let grace_period = b["gracePeriodSeconds"].as_i64().or_else(|| params.get("gracePeriodSeconds").and_then(|g| g.parse().ok()));
-    let dry_run = b["dryRun"].as_array().is_some_and(|d| d.iter().any(|x| x == "All")) || params.get("dryRun").is_some_and(|d| d == "All");
+    let propagation = if b["orphanDependents"].as_bool() == Some(true) {
+        Propagation::Orphan
+    } else {
+        propagation
+    };
+    let grace_period = b["gracePeriodSeconds"].as_i64().or_else(|| {
+        params
+            .get("gracePeriodSeconds")
+            .and_then(|g| g.parse().ok())
+    });
+    let dry_run = b["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|x| x == "All"))
+        || params.get("dryRun").is_some_and(|d| d == "All");
     Ok(DeleteOptions {
         propagation,
         grace_period,
         precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
-        precondition_rv: b["preconditions"]["resourceVersion"].as_str().map(str::to_string),
+        precondition_rv: b["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string),
         dry_run,
     })
 }
 
 fn delete(app: &App, t: &Target, params: &Params, body: &[u8]) -> ApiResult<Response> {
     if t.subresource.is_some() {
-        return Err(ApiError::method_not_allowed("delete is not allowed on a subresource"));
+        return Err(ApiError::method_not_allowed(
+            "delete is not allowed on a subresource",
+        ));
     }
     let opts = delete_options(params, body)?;
     let name = t.name.as_deref().unwrap_or("");
@@ -408,7 +620,10 @@ fn delete_collection(app: &App, t: &Target, params: &Params, body: &[u8]) -> Api
     let doomed = selected(t, &store, params)?;
     let mut items = Vec::new();
     for o in doomed {
-        let ns = o["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+        let ns = o["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
         if let Ok(d) = store.delete(&t.rt, &ns, &name, &opts) {
             items.push(present(t, d));
@@ -423,14 +638,24 @@ fn delete_collection(app: &App, t: &Target, params: &Params, body: &[u8]) -> Api
 }
 
 fn scale_spec(t: &Target) -> ApiResult<ScaleSpec> {
-    t.rt.version(&t.version).and_then(|v| v.scale.clone()).ok_or_else(|| ApiError::not_found_path("scale"))
+    t.rt.version(&t.version)
+        .and_then(|v| v.scale.clone())
+        .ok_or_else(|| ApiError::not_found_path("scale"))
 }
 
 fn to_scale(t: &Target, obj: &Value) -> Value {
     let spec = scale_spec(t).expect("resolve checked the scale subresource");
-    let replicas = |path: &str| table::jsonpath(obj, path).and_then(|v| v.as_i64()).unwrap_or(0);
+    let replicas = |path: &str| {
+        table::jsonpath(obj, path)
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0)
+    };
     let mut status = json!({"replicas": replicas(&spec.status_replicas_path)});
-    if let Some(sel) = spec.label_selector_path.as_deref().and_then(|p| table::jsonpath(obj, p)) {
+    if let Some(sel) = spec
+        .label_selector_path
+        .as_deref()
+        .and_then(|p| table::jsonpath(obj, p))
+    {
         status["selector"] = match sel {
             Value::String(s) => json!(s),
             other => json!(other.to_string()),
@@ -453,15 +678,24 @@ fn to_scale(t: &Target, obj: &Value) -> Value {
 fn from_scale(t: &Target, live: &Value, scale: &Value) -> ApiResult<Value> {
     let spec = scale_spec(t)?;
     let replicas = scale["spec"]["replicas"].as_i64().ok_or_else(|| {
-        ApiError::invalid("Scale", "autoscaling", t.name.as_deref().unwrap_or(""), vec![super::error::FieldError::new(
-            "spec.replicas",
-            super::error::FieldErrorKind::Required,
-            "",
-        )])
+        ApiError::invalid(
+            "Scale",
+            "autoscaling",
+            t.name.as_deref().unwrap_or(""),
+            vec![super::error::FieldError::new(
+                "spec.replicas",
+                super::error::FieldErrorKind::Required,
+                "",
+            )],
+        )
     })?;
     let mut obj = live.clone();
     let mut cur = &mut obj;
-    let segs: Vec<&str> = spec.spec_replicas_path.trim_start_matches('.').split('.').collect();
+    let segs: Vec<&str> = spec
+        .spec_replicas_path
+        .trim_start_matches('.')
+        .split('.')
+        .collect();
     for (i, seg) in segs.iter().enumerate() {
         if i + 1 == segs.len() {
             cur[*seg] = json!(replicas);
@@ -472,7 +706,10 @@ fn from_scale(t: &Target, live: &Value, scale: &Value) -> ApiResult<Value> {
             cur = &mut cur[*seg];
         }
     }
-    if let Some(rv) = scale["metadata"]["resourceVersion"].as_str().filter(|r| !r.is_empty()) {
+    if let Some(rv) = scale["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|r| !r.is_empty())
+    {
         obj["metadata"]["resourceVersion"] = json!(rv);
     }
     Ok(obj)

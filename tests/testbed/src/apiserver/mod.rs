@@ -45,7 +45,10 @@ pub struct ApiServerOptions {
 
 impl Default for ApiServerOptions {
     fn default() -> Self {
-        Self { event_log_capacity: 1000, bookmark_interval: Duration::from_secs(2) }
+        Self {
+            event_log_capacity: 1000,
+            bookmark_interval: Duration::from_secs(2),
+        }
     }
 }
 
@@ -74,7 +77,8 @@ impl ApiServer {
     }
 
     pub fn start_with(dir: &Path, options: ApiServerOptions) -> anyhow::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0 for the API stand-in")?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .context("binding 127.0.0.1:0 for the API stand-in")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let app = new_app(&options);
@@ -84,7 +88,11 @@ impl ApiServer {
         let thread = std::thread::Builder::new()
             .name("apiserver-standin".into())
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
                     Ok(rt) => rt,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e.into()));
@@ -104,14 +112,18 @@ impl ApiServer {
                 });
             })
             .context("spawning the API stand-in thread")?;
-        ready_rx.recv().context("the API stand-in thread died at start")??;
+        ready_rx
+            .recv()
+            .context("the API stand-in thread died at start")??;
         Self::finish(dir, addr, app, stop_tx, Runner::Thread(Some(thread)))
     }
 
     /// Starts the server as a task on the current tokio runtime. The test
     /// must then not block that runtime's threads while it needs the server.
     pub async fn start_in_runtime(dir: &Path, options: ApiServerOptions) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("binding 127.0.0.1:0 for the API stand-in")?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding 127.0.0.1:0 for the API stand-in")?;
         let addr = listener.local_addr()?;
         let app = new_app(&options);
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -119,13 +131,26 @@ impl ApiServer {
         Self::finish(dir, addr, app, stop_tx, Runner::Task(task))
     }
 
-    fn finish(dir: &Path, addr: SocketAddr, app: Arc<App>, stop: oneshot::Sender<()>, runner: Runner) -> anyhow::Result<Self> {
+    fn finish(
+        dir: &Path,
+        addr: SocketAddr,
+        app: Arc<App>,
+        stop: oneshot::Sender<()>,
+        runner: Runner,
+    ) -> anyhow::Result<Self> {
         let url = format!("http://{addr}");
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&url)).with_context(|| format!("writing {}", kubeconfig.display()))?;
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&url))
+            .with_context(|| format!("writing {}", kubeconfig.display()))?;
         tracing::info!(%url, kubeconfig = %kubeconfig.display(), "API stand-in listening");
-        Ok(Self { url, kubeconfig, app, stop: Mutex::new(Some(stop)), runner })
+        Ok(Self {
+            url,
+            kubeconfig,
+            app,
+            stop: Mutex::new(Some(stop)),
+            runner,
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -139,7 +164,11 @@ impl ApiServer {
     /// A kube client for this server, in namespace `default`.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
         Ok(kube::Client::try_from(config)?)
     }
 
@@ -197,10 +226,19 @@ impl Drop for ApiServer {
 
 fn new_app(options: &ApiServerOptions) -> Arc<App> {
     let mut store = Store::new(options.event_log_capacity);
-    let ns = store.resource(&ResKey::new("", "namespaces")).cloned().expect("namespaces are built in");
+    let ns = store
+        .resource(&ResKey::new("", "namespaces"))
+        .cloned()
+        .expect("namespaces are built in");
     for name in ["default", "kube-system", "kube-public"] {
         store
-            .create(&ns, "v1", "", json!({"metadata": {"name": name}}), &WriteOptions::default())
+            .create(
+                &ns,
+                "v1",
+                "",
+                json!({"metadata": {"name": name}}),
+                &WriteOptions::default(),
+            )
             .expect("a fresh store accepts the built-in namespaces");
     }
     Arc::new(App {

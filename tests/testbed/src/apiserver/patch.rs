@@ -27,7 +27,9 @@ impl PatchType {
             other => Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
-                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"),
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"
+                ),
             )),
         }
     }
@@ -39,8 +41,10 @@ pub fn parse_body(body: &[u8], ty: PatchType) -> ApiResult<Value> {
         return Ok(v);
     }
     if ty == PatchType::Apply {
-        let text = std::str::from_utf8(body).map_err(|e| ApiError::bad_request(format!("apply body is not UTF-8: {e}")))?;
-        return serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
+        let text = std::str::from_utf8(body)
+            .map_err(|e| ApiError::bad_request(format!("apply body is not UTF-8: {e}")))?;
+        return serde_saphyr::from_str::<Value>(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
     }
     Err(ApiError::bad_request("the patch body is not valid JSON"))
 }
@@ -51,10 +55,27 @@ pub fn apply_patch(target: &Value, patch: &Value, ty: PatchType) -> ApiResult<Va
     match ty {
         PatchType::Merge => json_patch::merge(&mut doc, patch),
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+            // Like the apiserver's JSON patch library, a `test` for null
+            // passes on a missing path (kube-runtime's finalizer relies on it).
+            let mut ops_json = patch.clone();
+            if let Some(list) = ops_json.as_array_mut() {
+                list.retain(|op| {
+                    let null_test =
+                        op["op"] == "test" && op.get("value").is_none_or(Value::is_null);
+                    !(null_test
+                        && op["path"]
+                            .as_str()
+                            .is_some_and(|p| doc.pointer(p).is_none_or(Value::is_null)))
+                });
+            }
+            let ops: json_patch::Patch = serde_json::from_value(ops_json)
                 .map_err(|e| ApiError::bad_request(format!("the JSON patch is malformed: {e}")))?;
             json_patch::patch(&mut doc, &ops).map_err(|e| {
-                ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}"))
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
             })?;
         }
         PatchType::Strategic => strategic(&mut doc, patch),
@@ -96,14 +117,23 @@ fn strategic(doc: &mut Value, patch: &Value) {
 }
 
 fn list_key(items: &[Value]) -> Option<&'static str> {
-    ["name", "type"]
-        .into_iter()
-        .find(|k| !items.is_empty() && items.iter().all(|i| i.get(*k).is_some_and(Value::is_string)))
+    ["name", "type"].into_iter().find(|k| {
+        !items.is_empty()
+            && items
+                .iter()
+                .all(|i| i.get(*k).is_some_and(Value::is_string))
+    })
 }
 
 fn merge_list(existing: Option<Vec<Value>>, patch: &[Value], strategic_mode: bool) -> Value {
     let Some(mut existing) = existing else {
-        return Value::Array(patch.iter().filter(|i| i.get("$patch").is_none()).map(strip_directives).collect());
+        return Value::Array(
+            patch
+                .iter()
+                .filter(|i| i.get("$patch").is_none())
+                .map(strip_directives)
+                .collect(),
+        );
     };
     let Some(key) = list_key(patch).filter(|k| existing.iter().all(|i| i.get(*k).is_some())) else {
         return Value::Array(patch.iter().map(strip_directives).collect());
@@ -132,7 +162,12 @@ fn merge_list(existing: Option<Vec<Value>>, patch: &[Value], strategic_mode: boo
 
 fn strip_directives(v: &Value) -> Value {
     match v {
-        Value::Object(m) => Value::Object(m.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, v)| (k.clone(), strip_directives(v))).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect(),
+        ),
         Value::Array(a) => Value::Array(a.iter().map(strip_directives).collect()),
         other => other.clone(),
     }
@@ -182,7 +217,10 @@ pub fn applied_fields(applied: &Value) -> BTreeSet<FieldPath> {
             }
             if k == "metadata" {
                 for (mk, mv) in v.as_object().into_iter().flatten() {
-                    if matches!(mk.as_str(), "labels" | "annotations" | "finalizers" | "ownerReferences") {
+                    if matches!(
+                        mk.as_str(),
+                        "labels" | "annotations" | "finalizers" | "ownerReferences"
+                    ) {
                         base.push("f:metadata".to_string());
                         collect(mk, mv, &mut base, &mut out);
                         base.pop();
@@ -235,7 +273,11 @@ fn to_fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
     for p in paths {
         let mut cur = &mut root;
         for seg in p {
-            cur = cur.entry(seg.clone()).or_insert_with(|| json!({})).as_object_mut().expect("object");
+            cur = cur
+                .entry(seg.clone())
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .expect("object");
         }
     }
     Value::Object(root)
@@ -273,7 +315,10 @@ fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
         } else if let Some(k) = seg.strip_prefix("k:") {
             let key: Value = serde_json::from_str(k).ok()?;
             let (kname, kval) = key.as_object()?.iter().next()?;
-            cur = cur.as_array()?.iter().find(|i| i.get(kname) == Some(kval))?;
+            cur = cur
+                .as_array()?
+                .iter()
+                .find(|i| i.get(kname) == Some(kval))?;
         } else {
             return None;
         }
@@ -283,16 +328,32 @@ fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
 
 fn dotted(path: &[String]) -> String {
     path.iter()
-        .map(|s| if let Some(f) = s.strip_prefix("f:") { format!(".{f}") } else { format!("[{}]", &s[2..]) })
+        .map(|s| {
+            if let Some(f) = s.strip_prefix("f:") {
+                format!(".{f}")
+            } else {
+                format!("[{}]", &s[2..])
+            }
+        })
         .collect()
 }
 
 /// Applies `applied` for `manager`: refuses (409) to change a field another
 /// apply manager owns unless `force`, merges, and records ownership in
 /// `metadata.managedFields`.
-pub fn server_side_apply(live: &Value, applied: &Value, manager: &str, force: bool, api_version: &str, now: &str) -> ApiResult<Value> {
+pub fn server_side_apply(
+    live: &Value,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    api_version: &str,
+    now: &str,
+) -> ApiResult<Value> {
     let mine = applied_fields(applied);
-    let mut entries: Vec<Value> = live["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    let mut entries: Vec<Value> = live["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut conflicts = Vec::new();
     for entry in &entries {
         let other = entry["manager"].as_str().unwrap_or("");
@@ -309,19 +370,31 @@ pub fn server_side_apply(live: &Value, applied: &Value, manager: &str, force: bo
     if !conflicts.is_empty() && !force {
         let n = conflicts.len();
         let plural = if n == 1 { "conflict" } else { "conflicts" };
-        return Err(ApiError::new(409, "Conflict", format!("Apply failed with {n} {plural}: {}", conflicts.join(", "))));
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!("Apply failed with {n} {plural}: {}", conflicts.join(", ")),
+        ));
     }
     let mut merged = live.clone();
     merge_applied(&mut merged, &strip_for_merge(applied));
     let subresource_free = |e: &Value| e["subresource"].as_str().unwrap_or("").is_empty();
     for entry in entries.iter_mut() {
-        if entry["manager"].as_str() == Some(manager) || entry["operation"].as_str() != Some("Apply") || !subresource_free(entry) {
+        if entry["manager"].as_str() == Some(manager)
+            || entry["operation"].as_str() != Some("Apply")
+            || !subresource_free(entry)
+        {
             continue;
         }
-        let owned: BTreeSet<FieldPath> = from_fields_v1(&entry["fieldsV1"]).difference(&mine).cloned().collect();
+        let owned: BTreeSet<FieldPath> = from_fields_v1(&entry["fieldsV1"])
+            .difference(&mine)
+            .cloned()
+            .collect();
         entry["fieldsV1"] = to_fields_v1(&owned);
     }
-    entries.retain(|e| e["manager"].as_str() != Some(manager) || e["operation"].as_str() != Some("Apply"));
+    entries.retain(|e| {
+        e["manager"].as_str() != Some(manager) || e["operation"].as_str() != Some("Apply")
+    });
     entries.push(json!({
         "manager": manager,
         "operation": "Apply",
@@ -339,7 +412,14 @@ pub fn server_side_apply(live: &Value, applied: &Value, manager: &str, force: bo
 fn strip_for_merge(applied: &Value) -> Value {
     let mut a = applied.clone();
     if let Some(md) = a.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in ["resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "deletionTimestamp"] {
+        for k in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "deletionTimestamp",
+        ] {
             md.remove(k);
         }
     }
@@ -355,7 +435,12 @@ mod tests {
         let doc = json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
         let patch = json!({"spec": {"containers": [{"name": "b", "image": "z"}, {"name": "c", "image": "w"}]}});
         let out = apply_patch(&doc, &patch, PatchType::Strategic).unwrap();
-        let images: Vec<&str> = out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["image"].as_str().unwrap()).collect();
+        let images: Vec<&str> = out["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["image"].as_str().unwrap())
+            .collect();
         assert_eq!(images, ["x", "z", "w"]);
     }
 
@@ -372,7 +457,14 @@ mod tests {
         let forced = server_side_apply(&out, &theirs, "two", true, "v1", "t").unwrap();
         assert_eq!(forced["spec"]["replicas"], 1);
         // the first manager lost the field, so it may now set it again only by force
-        let again = server_side_apply(&forced, &json!({"spec": {"replicas": 5}}), "one", false, "v1", "t");
+        let again = server_side_apply(
+            &forced,
+            &json!({"spec": {"replicas": 5}}),
+            "one",
+            false,
+            "v1",
+            "t",
+        );
         assert!(again.is_err());
     }
 }

@@ -15,7 +15,10 @@ pub struct ResKey {
 
 impl ResKey {
     pub fn new(group: &str, plural: &str) -> Self {
-        Self { group: group.to_string(), plural: plural.to_string() }
+        Self {
+            group: group.to_string(),
+            plural: plural.to_string(),
+        }
     }
 }
 
@@ -76,14 +79,26 @@ impl ResourceType {
     }
 
     pub fn api_version(&self, version: &str) -> String {
-        if self.group.is_empty() { version.to_string() } else { format!("{}/{version}", self.group) }
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", self.group)
+        }
     }
 
     pub fn has_status(&self) -> bool {
         self.versions.iter().any(|v| v.status)
     }
 
-    fn builtin(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, status: bool, short: &[&str]) -> Self {
+    fn builtin(
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+        status: bool,
+        short: &[&str],
+    ) -> Self {
         Self {
             group: group.to_string(),
             versions: vec![VersionInfo {
@@ -116,15 +131,55 @@ pub fn builtins() -> Vec<ResourceType> {
         b("", "v1", "Namespace", "namespaces", false, true, &["ns"]),
         pods,
         services,
-        b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, true, &["pvc"]),
+        b(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+            true,
+            &["pvc"],
+        ),
         b("", "v1", "Secret", "secrets", true, false, &[]),
         b("", "v1", "ConfigMap", "configmaps", true, false, &["cm"]),
         b("", "v1", "Event", "events", true, false, &["ev"]),
-        b("", "v1", "ServiceAccount", "serviceaccounts", true, false, &["sa"]),
+        b(
+            "",
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            true,
+            false,
+            &["sa"],
+        ),
         b("", "v1", "Endpoints", "endpoints", true, false, &["ep"]),
-        b("events.k8s.io", "v1", "Event", "events", true, false, &["ev"]),
-        b("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, true, &["pdb"]),
-        b("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[]),
+        b(
+            "events.k8s.io",
+            "v1",
+            "Event",
+            "events",
+            true,
+            false,
+            &["ev"],
+        ),
+        b(
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            true,
+            true,
+            &["pdb"],
+        ),
+        b(
+            "coordination.k8s.io",
+            "v1",
+            "Lease",
+            "leases",
+            true,
+            false,
+            &[],
+        ),
         b(
             "apiextensions.k8s.io",
             "v1",
@@ -148,7 +203,9 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 /// Reads a CRD object into the resource type it defines, or says which
 /// field makes it unusable.
 pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
-    let name = str_at(crd, &["metadata", "name"]).unwrap_or_default().to_string();
+    let name = str_at(crd, &["metadata", "name"])
+        .unwrap_or_default()
+        .to_string();
     let invalid = |field: &str, kind: FieldErrorKind, detail: &str| {
         ApiError::invalid(
             "CustomResourceDefinition",
@@ -157,11 +214,14 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
             vec![FieldError::new(field, kind, detail)],
         )
     };
-    let spec = crd.get("spec").ok_or_else(|| invalid("spec", FieldErrorKind::Required, ""))?;
+    let spec = crd
+        .get("spec")
+        .ok_or_else(|| invalid("spec", FieldErrorKind::Required, ""))?;
     let group = str_at(spec, &["group"]).filter(|g| !g.is_empty());
     let group = group.ok_or_else(|| invalid("spec.group", FieldErrorKind::Required, ""))?;
     let plural = str_at(spec, &["names", "plural"]).filter(|g| !g.is_empty());
-    let plural = plural.ok_or_else(|| invalid("spec.names.plural", FieldErrorKind::Required, ""))?;
+    let plural =
+        plural.ok_or_else(|| invalid("spec.names.plural", FieldErrorKind::Required, ""))?;
     let kind = str_at(spec, &["names", "kind"]).filter(|g| !g.is_empty());
     let kind = kind.ok_or_else(|| invalid("spec.names.kind", FieldErrorKind::Required, ""))?;
     if name != format!("{plural}.{group}") {
@@ -178,7 +238,10 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         other => {
             return Err(invalid(
                 "spec.scope",
-                FieldErrorKind::NotSupported(Value::String(other.into()), vec!["Cluster".into(), "Namespaced".into()]),
+                FieldErrorKind::NotSupported(
+                    Value::String(other.into()),
+                    vec!["Cluster".into(), "Namespaced".into()],
+                ),
                 "",
             ));
         }
@@ -192,19 +255,35 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
             }
         }
         cur.as_array()
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
-    let versions_json = spec.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions_json = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     if versions_json.is_empty() {
-        return Err(invalid("spec.versions", FieldErrorKind::Required, "must have exactly one version marked as storage version"));
+        return Err(invalid(
+            "spec.versions",
+            FieldErrorKind::Required,
+            "must have exactly one version marked as storage version",
+        ));
     }
     let mut versions = Vec::new();
     let mut storage = None;
     for (i, v) in versions_json.iter().enumerate() {
         let vname = str_at(v, &["name"]).unwrap_or_default().to_string();
         if vname.is_empty() {
-            return Err(invalid(&format!("spec.versions[{i}].name"), FieldErrorKind::Required, ""));
+            return Err(invalid(
+                &format!("spec.versions[{i}].name"),
+                FieldErrorKind::Required,
+                "",
+            ));
         }
         if v.get("storage").and_then(Value::as_bool) == Some(true) {
             storage = Some(vname.clone());
@@ -239,31 +318,50 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
             });
         let sub = v.get("subresources");
         let scale = sub.and_then(|s| s.get("scale")).map(|s| ScaleSpec {
-            spec_replicas_path: str_at(s, &["specReplicasPath"]).unwrap_or(".spec.replicas").to_string(),
-            status_replicas_path: str_at(s, &["statusReplicasPath"]).unwrap_or(".status.replicas").to_string(),
+            spec_replicas_path: str_at(s, &["specReplicasPath"])
+                .unwrap_or(".spec.replicas")
+                .to_string(),
+            status_replicas_path: str_at(s, &["statusReplicasPath"])
+                .unwrap_or(".status.replicas")
+                .to_string(),
             label_selector_path: str_at(s, &["labelSelectorPath"]).map(str::to_string),
         });
         versions.push(VersionInfo {
             name: vname,
-            schema: v.get("schema").and_then(|s| s.get("openAPIV3Schema")).cloned(),
+            schema: v
+                .get("schema")
+                .and_then(|s| s.get("openAPIV3Schema"))
+                .cloned(),
             printer_columns,
             status: sub.and_then(|s| s.get("status")).is_some(),
             scale,
         });
     }
     if storage.is_none() {
-        return Err(invalid("spec.versions", FieldErrorKind::Invalid(Value::Null), "must have exactly one version marked as storage version"));
+        return Err(invalid(
+            "spec.versions",
+            FieldErrorKind::Invalid(Value::Null),
+            "must have exactly one version marked as storage version",
+        ));
     }
     if versions.is_empty() {
-        return Err(invalid("spec.versions", FieldErrorKind::Invalid(Value::Null), "must have at least one served version"));
+        return Err(invalid(
+            "spec.versions",
+            FieldErrorKind::Invalid(Value::Null),
+            "must have at least one served version",
+        ));
     }
     Ok(ResourceType {
         group: group.to_string(),
         versions,
         kind: kind.to_string(),
-        list_kind: str_at(spec, &["names", "listKind"]).map(str::to_string).unwrap_or_else(|| format!("{kind}List")),
+        list_kind: str_at(spec, &["names", "listKind"])
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{kind}List")),
         plural: plural.to_string(),
-        singular: str_at(spec, &["names", "singular"]).map(str::to_string).unwrap_or_else(|| kind.to_lowercase()),
+        singular: str_at(spec, &["names", "singular"])
+            .map(str::to_string)
+            .unwrap_or_else(|| kind.to_lowercase()),
         short_names: list(&["names", "shortNames"]),
         categories: list(&["names", "categories"]),
         namespaced,

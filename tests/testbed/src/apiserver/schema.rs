@@ -22,7 +22,11 @@ pub struct Outcome {
 pub fn apply(obj: &mut Value, schema: &Value, old: Option<&Value>, strict: bool) -> Outcome {
     let mut out = Outcome::default();
     let Some(root) = obj.as_object_mut() else {
-        out.errors.push(FieldError::new("<root>", FieldErrorKind::Invalid(Value::Null), "must be an object"));
+        out.errors.push(FieldError::new(
+            "<root>",
+            FieldErrorKind::Invalid(Value::Null),
+            "must be an object",
+        ));
         return out;
     };
     let props = schema.get("properties").and_then(Value::as_object);
@@ -40,7 +44,13 @@ pub fn apply(obj: &mut Value, schema: &Value, old: Option<&Value>, strict: bool)
                     root.remove(&k);
                     continue;
                 }
-                walk(root.get_mut(&k).expect("key exists"), sub, old_child, &k, &mut out);
+                walk(
+                    root.get_mut(&k).expect("key exists"),
+                    sub,
+                    old_child,
+                    &k,
+                    &mut out,
+                );
             }
             None if preserves_unknown(schema) => {}
             None => {
@@ -59,13 +69,20 @@ pub fn apply(obj: &mut Value, schema: &Value, old: Option<&Value>, strict: bool)
             if let Some(d) = sub.get("default") {
                 root.insert(k.clone(), d.clone());
                 let old_child = old.and_then(|o| o.get(k));
-                walk(root.get_mut(k).expect("just inserted"), sub, old_child, k, &mut out);
+                walk(
+                    root.get_mut(k).expect("just inserted"),
+                    sub,
+                    old_child,
+                    k,
+                    &mut out,
+                );
             }
         }
     }
     for r in required(schema) {
         if !root.contains_key(&r) {
-            out.errors.push(FieldError::new(r.clone(), FieldErrorKind::Required, ""));
+            out.errors
+                .push(FieldError::new(r.clone(), FieldErrorKind::Required, ""));
         }
     }
     let snapshot = Value::Object(root.clone());
@@ -74,11 +91,17 @@ pub fn apply(obj: &mut Value, schema: &Value, old: Option<&Value>, strict: bool)
 }
 
 fn nullable(schema: &Value) -> bool {
-    schema.get("nullable").and_then(Value::as_bool).unwrap_or(false)
+    schema
+        .get("nullable")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }
 
 fn preserves_unknown(schema: &Value) -> bool {
-    schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool).unwrap_or(false)
+    schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
         || schema.get("additionalProperties").and_then(Value::as_bool) == Some(true)
 }
 
@@ -86,7 +109,11 @@ fn required(schema: &Value) -> Vec<String> {
     schema
         .get("required")
         .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .map(|r| {
+            r.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -103,14 +130,21 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out: &mut Outcome) {
     if value.is_null() && nullable(schema) {
         return;
     }
-    let int_or_string = schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
     let declared = schema.get("type").and_then(Value::as_str);
     let actual = type_name(value);
     let type_ok = match declared {
@@ -120,7 +154,11 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
         Some(t) => t == actual,
     };
     if !type_ok {
-        let want = if int_or_string { "integer or string" } else { declared.unwrap_or("") };
+        let want = if int_or_string {
+            "integer or string"
+        } else {
+            declared.unwrap_or("")
+        };
         out.errors.push(FieldError::new(
             path,
             FieldErrorKind::TypeInvalid(Value::String(actual.into()), want.into()),
@@ -128,17 +166,31 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
         ));
         return;
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            let names = allowed.iter().map(|a| a.as_str().map(str::to_string).unwrap_or_else(|| a.to_string())).collect();
-            out.errors.push(FieldError::new(path, FieldErrorKind::NotSupported(value.clone(), names), ""));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let names = allowed
+            .iter()
+            .map(|a| {
+                a.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| a.to_string())
+            })
+            .collect();
+        out.errors.push(FieldError::new(
+            path,
+            FieldErrorKind::NotSupported(value.clone(), names),
+            "",
+        ));
     }
     match value {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            let embedded = schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
+            let embedded = schema
+                .get("x-kubernetes-embedded-resource")
+                .and_then(Value::as_bool)
+                == Some(true);
             let keys: Vec<String> = map.keys().cloned().collect();
             for k in keys {
                 let child_path = join(path, &k);
@@ -150,10 +202,17 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
                             map.remove(&k);
                             continue;
                         }
-                        walk(map.get_mut(&k).expect("key exists"), sub, old_child, &child_path, out);
+                        walk(
+                            map.get_mut(&k).expect("key exists"),
+                            sub,
+                            old_child,
+                            &child_path,
+                            out,
+                        );
                     }
                     None if preserves_unknown(schema) => {}
-                    None if embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") => {}
+                    None if embedded
+                        && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") => {}
                     None => {
                         out.unknown.push(child_path);
                         map.remove(&k);
@@ -168,17 +227,43 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
                     if let Some(d) = sub.get("default") {
                         map.insert(k.clone(), d.clone());
                         let old_child = old.and_then(|o| o.get(k));
-                        walk(map.get_mut(k).expect("just inserted"), sub, old_child, &join(path, k), out);
+                        walk(
+                            map.get_mut(k).expect("just inserted"),
+                            sub,
+                            old_child,
+                            &join(path, k),
+                            out,
+                        );
                     }
                 }
             }
             for r in required(schema) {
                 if !map.contains_key(&r) {
-                    out.errors.push(FieldError::new(join(path, &r), FieldErrorKind::Required, ""));
+                    out.errors.push(FieldError::new(
+                        join(path, &r),
+                        FieldErrorKind::Required,
+                        "",
+                    ));
                 }
             }
-            bound(schema, "minProperties", map.len(), path, out, |n| format!("must have at least {n} properties"), false);
-            bound(schema, "maxProperties", map.len(), path, out, |n| format!("must have at most {n} properties"), true);
+            bound(
+                schema,
+                "minProperties",
+                map.len(),
+                path,
+                out,
+                |n| format!("must have at least {n} properties"),
+                false,
+            );
+            bound(
+                schema,
+                "maxProperties",
+                map.len(),
+                path,
+                out,
+                |n| format!("must have at most {n} properties"),
+                true,
+            );
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
@@ -188,13 +273,45 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
                     walk(item, item_schema, old_item, &child, out);
                 }
             }
-            bound(schema, "minItems", items.len(), path, out, |n| format!("must have at least {n} items"), false);
-            bound(schema, "maxItems", items.len(), path, out, |n| format!("must have at most {n} items"), true);
+            bound(
+                schema,
+                "minItems",
+                items.len(),
+                path,
+                out,
+                |n| format!("must have at least {n} items"),
+                false,
+            );
+            bound(
+                schema,
+                "maxItems",
+                items.len(),
+                path,
+                out,
+                |n| format!("must have at most {n} items"),
+                true,
+            );
         }
         Value::String(s) => {
             let len = s.chars().count();
-            bound(schema, "minLength", len, path, out, |n| format!("{path} in body should be at least {n} chars long"), false);
-            bound(schema, "maxLength", len, path, out, |n| format!("may not be longer than {n}"), true);
+            bound(
+                schema,
+                "minLength",
+                len,
+                path,
+                out,
+                |n| format!("{path} in body should be at least {n} chars long"),
+                false,
+            );
+            bound(
+                schema,
+                "maxLength",
+                len,
+                path,
+                out,
+                |n| format!("may not be longer than {n}"),
+                true,
+            );
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
                 match regex::Regex::new(pattern) {
                     Ok(re) if re.is_match(s) => {}
@@ -215,23 +332,52 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
             let x = n.as_f64().unwrap_or(0.0);
             let exclusive = |k: &str| schema.get(k).and_then(Value::as_bool).unwrap_or(false);
             if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
-                let bad = if exclusive("exclusiveMinimum") { x <= min } else { x < min };
+                let bad = if exclusive("exclusiveMinimum") {
+                    x <= min
+                } else {
+                    x < min
+                };
                 if bad {
-                    let rel = if exclusive("exclusiveMinimum") { "greater than" } else { "greater than or equal to" };
-                    out.errors.push(FieldError::new(path, FieldErrorKind::Invalid(value.clone()), format!("{path} in body should be {rel} {}", num(min))));
+                    let rel = if exclusive("exclusiveMinimum") {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    out.errors.push(FieldError::new(
+                        path,
+                        FieldErrorKind::Invalid(value.clone()),
+                        format!("{path} in body should be {rel} {}", num(min)),
+                    ));
                 }
             }
             if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
-                let bad = if exclusive("exclusiveMaximum") { x >= max } else { x > max };
+                let bad = if exclusive("exclusiveMaximum") {
+                    x >= max
+                } else {
+                    x > max
+                };
                 if bad {
-                    let rel = if exclusive("exclusiveMaximum") { "less than" } else { "less than or equal to" };
-                    out.errors.push(FieldError::new(path, FieldErrorKind::Invalid(value.clone()), format!("{path} in body should be {rel} {}", num(max))));
+                    let rel = if exclusive("exclusiveMaximum") {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    out.errors.push(FieldError::new(
+                        path,
+                        FieldErrorKind::Invalid(value.clone()),
+                        format!("{path} in body should be {rel} {}", num(max)),
+                    ));
                 }
             }
-            if let Some(m) = schema.get("multipleOf").and_then(Value::as_f64) {
-                if m != 0.0 && (x / m).fract() != 0.0 {
-                    out.errors.push(FieldError::new(path, FieldErrorKind::Invalid(value.clone()), format!("{path} in body should be a multiple of {}", num(m))));
-                }
+            if let Some(m) = schema.get("multipleOf").and_then(Value::as_f64)
+                && m != 0.0
+                && (x / m).fract() != 0.0
+            {
+                out.errors.push(FieldError::new(
+                    path,
+                    FieldErrorKind::Invalid(value.clone()),
+                    format!("{path} in body should be a multiple of {}", num(m)),
+                ));
             }
         }
         _ => {}
@@ -239,12 +385,28 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
 }
 
 fn num(x: f64) -> String {
-    if x.fract() == 0.0 { format!("{}", x as i64) } else { x.to_string() }
+    if x.fract() == 0.0 {
+        format!("{}", x as i64)
+    } else {
+        x.to_string()
+    }
 }
 
-fn bound(schema: &Value, key: &str, actual: usize, path: &str, out: &mut Outcome, msg: impl Fn(u64) -> String, is_max: bool) {
+fn bound(
+    schema: &Value,
+    key: &str,
+    actual: usize,
+    path: &str,
+    out: &mut Outcome,
+    msg: impl Fn(u64) -> String,
+    is_max: bool,
+) {
     if let Some(n) = schema.get(key).and_then(Value::as_u64) {
-        let bad = if is_max { actual as u64 > n } else { (actual as u64) < n };
+        let bad = if is_max {
+            actual as u64 > n
+        } else {
+            (actual as u64) < n
+        };
         if bad {
             let kind = if is_max && key == "maxLength" {
                 FieldErrorKind::TooLong
@@ -262,7 +424,10 @@ fn bound(schema: &Value, key: &str, actual: usize, path: &str, out: &mut Outcome
 /// the matching value. Rules that mention `oldSelf` are transition rules:
 /// they run only on update, where the old value exists.
 fn cel_rules(value: &Value, schema: &Value, old: Option<&Value>, path: &str, out: &mut Outcome) {
-    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
         for rule in rules {
             check_rule(value, old, rule, path, out);
         }
@@ -282,9 +447,14 @@ fn cel_rules(value: &Value, schema: &Value, old: Option<&Value>, path: &str, out
         }
         Value::Array(items) => {
             if let Some(sub) = schema.get("items") {
-                let correlate = schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
+                let correlate =
+                    schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
                 for (i, item) in items.iter().enumerate() {
-                    let old_item = if correlate { correlated(item, old, schema) } else { None };
+                    let old_item = if correlate {
+                        correlated(item, old, schema)
+                    } else {
+                        None
+                    };
                     cel_rules(item, sub, old_item, &format!("{path}[{i}]"), out);
                 }
             }
@@ -295,14 +465,26 @@ fn cel_rules(value: &Value, schema: &Value, old: Option<&Value>, path: &str, out
 
 /// For `x-kubernetes-list-type: map`, the old element with the same keys.
 fn correlated<'a>(item: &Value, old: Option<&'a Value>, schema: &Value) -> Option<&'a Value> {
-    let keys: Vec<&str> = schema.get("x-kubernetes-list-map-keys")?.as_array()?.iter().filter_map(Value::as_str).collect();
-    old?.as_array()?.iter().find(|o| keys.iter().all(|k| o.get(k) == item.get(k)))
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    old?.as_array()?
+        .iter()
+        .find(|o| keys.iter().all(|k| o.get(k) == item.get(k)))
 }
 
 fn check_rule(value: &Value, old: Option<&Value>, rule: &Value, path: &str, out: &mut Outcome) {
-    let Some(expr) = rule.get("rule").and_then(Value::as_str) else { return };
+    let Some(expr) = rule.get("rule").and_then(Value::as_str) else {
+        return;
+    };
     let transition = expr.contains("oldSelf");
-    let optional_old = rule.get("optionalOldSelf").and_then(Value::as_bool).unwrap_or(false);
+    let optional_old = rule
+        .get("optionalOldSelf")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if transition && old.is_none() && !optional_old {
         return;
     }
@@ -312,14 +494,22 @@ fn check_rule(value: &Value, old: Option<&Value>, rule: &Value, path: &str, out:
         None => path.to_string(),
     };
     let field = field.trim_start_matches('.').to_string();
-    let field = if field.is_empty() { "<root>".to_string() } else { field };
+    let field = if field.is_empty() {
+        "<root>".to_string()
+    } else {
+        field
+    };
     let fail = |out: &mut Outcome, detail: String| {
         let shown = match value {
             Value::Object(_) => Value::String("object".into()),
             Value::Array(_) => Value::String("array".into()),
             v => v.clone(),
         };
-        out.errors.push(FieldError::new(field.clone(), FieldErrorKind::Invalid(shown), detail));
+        out.errors.push(FieldError::new(
+            field.clone(),
+            FieldErrorKind::Invalid(shown),
+            detail,
+        ));
     };
     let program = match cel_interpreter::Program::compile(expr) {
         Ok(p) => p,
@@ -344,7 +534,10 @@ fn check_rule(value: &Value, old: Option<&Value>, rule: &Value, path: &str, out:
                 .unwrap_or_else(|| format!("failed rule: {expr}"));
             fail(out, message);
         }
-        Ok(other) => fail(out, format!("rule {expr:?} did not evaluate to a bool: {other:?}")),
+        Ok(other) => fail(
+            out,
+            format!("rule {expr:?} did not evaluate to a bool: {other:?}"),
+        ),
         Err(e) => fail(out, format!("rule {expr:?} failed to evaluate: {e}")),
     }
 }
@@ -404,12 +597,16 @@ mod tests {
         assert_eq!(obj["spec"]["version"], "3.5.1");
         assert!(obj["spec"].get("junk").is_none());
         assert!(obj.get("extra").is_none());
-        assert_eq!(out.unknown, vec!["extra".to_string(), "spec.junk".to_string()]);
+        assert_eq!(
+            out.unknown,
+            vec!["extra".to_string(), "spec.junk".to_string()]
+        );
     }
 
     #[test]
     fn reports_field_paths() {
-        let mut obj = json!({"spec": {"size": 9, "mode": "c", "version": "3.4.0", "labels": {"a": 1}}});
+        let mut obj =
+            json!({"spec": {"size": 9, "mode": "c", "version": "3.4.0", "labels": {"a": 1}}});
         let out = apply(&mut obj, &schema(), None, false);
         let fields: Vec<&str> = out.errors.iter().map(|e| e.field.as_str()).collect();
         assert!(fields.contains(&"spec.size"), "{fields:?}");
@@ -426,13 +623,21 @@ mod tests {
         let mut obj = json!({"spec": {"size": 3, "backup": {"x": 1}}});
         let out = apply(&mut obj, &schema(), None, false);
         assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
-        assert!(out.errors[0].to_string().contains("backup is not implemented"));
+        assert!(
+            out.errors[0]
+                .to_string()
+                .contains("backup is not implemented")
+        );
         let old = json!({"spec": {"size": 5}});
         let mut shrink = json!({"spec": {"size": 3}});
         let out = apply(&mut shrink, &schema(), Some(&old), false);
         assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
         assert_eq!(out.errors[0].field, "spec");
         let mut grow = json!({"spec": {"size": 7}});
-        assert!(apply(&mut grow, &schema(), Some(&old), false).errors.is_empty());
+        assert!(
+            apply(&mut grow, &schema(), Some(&old), false)
+                .errors
+                .is_empty()
+        );
     }
 }

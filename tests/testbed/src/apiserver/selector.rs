@@ -67,37 +67,63 @@ fn split_top_level(text: &str) -> Vec<&str> {
 }
 
 fn parse_requirement(term: &str) -> ApiResult<Requirement> {
-    let bad = || ApiError::bad_request(format!("unable to parse requirement: invalid label selector term {term:?}"));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "unable to parse requirement: invalid label selector term {term:?}"
+        ))
+    };
     if let Some(key) = term.strip_prefix('!') {
-        return Ok(Requirement::NotExists(valid_key(key.trim()).ok_or_else(bad)?));
+        return Ok(Requirement::NotExists(
+            valid_key(key.trim()).ok_or_else(bad)?,
+        ));
     }
     for (op, neg) in [(" notin ", true), (" in ", false)] {
         if let Some(idx) = term.find(op) {
             let key = valid_key(term[..idx].trim()).ok_or_else(bad)?;
             let rest = term[idx + op.len()..].trim();
-            let inner = rest.strip_prefix('(').and_then(|r| r.strip_suffix(')')).ok_or_else(bad)?;
-            let values: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
-            return Ok(if neg { Requirement::NotIn(key, values) } else { Requirement::In(key, values) });
+            let inner = rest
+                .strip_prefix('(')
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(bad)?;
+            let values: Vec<String> = inner
+                .split(',')
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect();
+            return Ok(if neg {
+                Requirement::NotIn(key, values)
+            } else {
+                Requirement::In(key, values)
+            });
         }
     }
     if let Some((k, v)) = term.split_once("!=") {
-        return Ok(Requirement::NotEq(valid_key(k.trim()).ok_or_else(bad)?, v.trim().to_string()));
+        return Ok(Requirement::NotEq(
+            valid_key(k.trim()).ok_or_else(bad)?,
+            v.trim().to_string(),
+        ));
     }
     if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-        return Ok(Requirement::Eq(valid_key(k.trim()).ok_or_else(bad)?, v.trim().to_string()));
+        return Ok(Requirement::Eq(
+            valid_key(k.trim()).ok_or_else(bad)?,
+            v.trim().to_string(),
+        ));
     }
     Ok(Requirement::Exists(valid_key(term).ok_or_else(bad)?))
 }
 
 fn valid_key(key: &str) -> Option<String> {
     let ok = !key.is_empty()
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
     ok.then(|| key.to_string())
 }
 
-/// A field selector. The stand-in supports `metadata.name` and
-/// `metadata.namespace` with `=`, `==` and `!=`, plus `status.phase` and
-/// `spec.nodeName` for Pods since kubelets select on them.
+/// A field selector: `=`, `==` and `!=` on any dotted field path, compared
+/// as strings (a missing field is ""). More permissive than the real
+/// apiserver, which allows only a few fields per type; kubectl's describe
+/// selects events on `involvedObject.*`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
@@ -114,12 +140,18 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector: {term:?}"
+                )));
             };
             let field = field.trim();
-            if !matches!(field, "metadata.name" | "metadata.namespace" | "status.phase" | "spec.nodeName") {
+            let well_formed = !field.is_empty()
+                && field
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric()));
+            if !well_formed {
                 return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field} (the stand-in supports metadata.name, metadata.namespace, status.phase, spec.nodeName)"
+                    "invalid field selector: {term:?}"
                 )));
             }
             reqs.push((field.to_string(), eq, value.trim().to_string()));
@@ -130,8 +162,12 @@ impl FieldSelector {
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, eq, value)| {
             let pointer = format!("/{}", field.replace('.', "/"));
-            let actual = obj.pointer(&pointer).and_then(Value::as_str).unwrap_or("");
-            (actual == value) == *eq
+            let actual = match obj.pointer(&pointer) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (actual == *value) == *eq
         })
     }
 }
@@ -159,9 +195,22 @@ mod tests {
     #[test]
     fn field_selectors_on_name_and_namespace() {
         let obj = json!({"metadata": {"name": "a", "namespace": "ns"}});
-        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&obj));
-        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches(&obj));
-        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a").unwrap().matches(&obj));
-        assert!(FieldSelector::parse("spec.foo=1").is_err());
+        assert!(
+            FieldSelector::parse("metadata.name=a")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=a")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            FieldSelector::parse("metadata.namespace==ns,metadata.name=a")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(FieldSelector::parse("spec..foo=1").is_err());
+        assert!(FieldSelector::parse("spec.missing=").unwrap().matches(&obj));
     }
 }

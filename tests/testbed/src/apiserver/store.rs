@@ -69,7 +69,14 @@ impl Store {
     pub fn new(log_capacity: usize) -> Self {
         let (events, _) = broadcast::channel(8192);
         let types = builtins().into_iter().map(|t| (t.key(), t)).collect();
-        Self { rv: 1, types, objects: HashMap::new(), logs: HashMap::new(), log_capacity: log_capacity.max(1), events }
+        Self {
+            rv: 1,
+            types,
+            objects: HashMap::new(),
+            logs: HashMap::new(),
+            log_capacity: log_capacity.max(1),
+            events,
+        }
     }
 
     pub fn current_rv(&self) -> u64 {
@@ -77,12 +84,18 @@ impl Store {
     }
 
     pub fn get(&self, key: &ResKey, ns: &str, name: &str) -> Option<&Value> {
-        self.objects.get(key)?.get(&(ns.to_string(), name.to_string()))
+        self.objects
+            .get(key)?
+            .get(&(ns.to_string(), name.to_string()))
     }
 
     /// Objects of one resource, in (namespace, name) order; `ns` None means
     /// every namespace.
-    pub fn list<'a>(&'a self, key: &ResKey, ns: Option<&'a str>) -> impl Iterator<Item = &'a Value> + 'a {
+    pub fn list<'a>(
+        &'a self,
+        key: &ResKey,
+        ns: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
         self.objects
             .get(key)
             .into_iter()
@@ -93,7 +106,9 @@ impl Store {
 
     /// Every stored object of every resource, for garbage collection.
     pub fn all(&self) -> impl Iterator<Item = (&ResKey, &Value)> {
-        self.objects.iter().flat_map(|(k, m)| m.values().map(move |v| (k, v)))
+        self.objects
+            .iter()
+            .flat_map(|(k, m)| m.values().map(move |v| (k, v)))
     }
 
     /// Writes `obj` under a fresh resourceVersion and tells every watch.
@@ -102,19 +117,42 @@ impl Store {
         let rv = self.rv;
         obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let okey = obj_key(&obj);
-        let old = self.objects.entry(key.clone()).or_default().insert(okey, obj.clone());
-        let kind = if old.is_some() { EventType::Modified } else { EventType::Added };
-        self.record(Event { rv, key: key.clone(), kind, object: obj.clone(), old });
+        let old = self
+            .objects
+            .entry(key.clone())
+            .or_default()
+            .insert(okey, obj.clone());
+        let kind = if old.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.record(Event {
+            rv,
+            key: key.clone(),
+            kind,
+            object: obj.clone(),
+            old,
+        });
         obj
     }
 
     /// Removes an object; its last state carries the deletion's version.
     pub fn remove(&mut self, key: &ResKey, ns: &str, name: &str) -> Option<Value> {
-        let mut obj = self.objects.get_mut(key)?.remove(&(ns.to_string(), name.to_string()))?;
+        let mut obj = self
+            .objects
+            .get_mut(key)?
+            .remove(&(ns.to_string(), name.to_string()))?;
         self.rv += 1;
         let rv = self.rv;
         obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-        self.record(Event { rv, key: key.clone(), kind: EventType::Deleted, object: obj.clone(), old: None });
+        self.record(Event {
+            rv,
+            key: key.clone(),
+            kind: EventType::Deleted,
+            object: obj.clone(),
+            old: None,
+        });
         Some(obj)
     }
 
@@ -133,9 +171,14 @@ impl Store {
 
     /// Events of one resource after `rv`, or TooOld when some were dropped.
     pub fn since(&self, key: &ResKey, rv: u64) -> Result<Vec<Arc<Event>>, TooOld> {
-        let Some(log) = self.logs.get(key) else { return Ok(Vec::new()) };
+        let Some(log) = self.logs.get(key) else {
+            return Ok(Vec::new());
+        };
         if rv < log.compacted {
-            return Err(TooOld { requested: rv, oldest: log.compacted + 1 });
+            return Err(TooOld {
+                requested: rv,
+                oldest: log.compacted + 1,
+            });
         }
         Ok(log.events.iter().filter(|e| e.rv > rv).cloned().collect())
     }
@@ -161,8 +204,15 @@ impl Store {
     }
 
     pub fn drop_resource(&mut self, key: &ResKey) -> Vec<Value> {
-        let names: Vec<ObjKey> = self.objects.get(key).map(|m| m.keys().cloned().collect()).unwrap_or_default();
-        names.into_iter().filter_map(|(ns, name)| self.remove(key, &ns, &name)).collect()
+        let names: Vec<ObjKey> = self
+            .objects
+            .get(key)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        names
+            .into_iter()
+            .filter_map(|(ns, name)| self.remove(key, &ns, &name))
+            .collect()
     }
 }
 

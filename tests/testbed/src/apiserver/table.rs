@@ -53,26 +53,35 @@ fn columns(rt: &ResourceType, version: &str) -> Vec<PrinterColumn> {
             col("IP", "string", "", 1),
             col("Node", "string", "", 1),
         ]),
-        ("", "namespaces") => cols.extend([col("Status", "string", "", 0), col("Age", "string", "", 0)]),
+        ("", "namespaces") => {
+            cols.extend([col("Status", "string", "", 0), col("Age", "string", "", 0)])
+        }
         ("", "services") => cols.extend([
             col("Type", "string", "", 0),
             col("Cluster-IP", "string", "", 0),
             col("Port(s)", "string", "", 0),
             col("Age", "string", "", 0),
         ]),
-        ("", "persistentvolumeclaims") => cols.extend([col("Status", "string", "", 0), col("Age", "string", "", 0)]),
+        ("", "persistentvolumeclaims") => {
+            cols.extend([col("Status", "string", "", 0), col("Age", "string", "", 0)])
+        }
         _ => cols.push(col("Age", "string", "", 0)),
     }
     cols
 }
 
 fn age(obj: &Value) -> String {
-    obj["metadata"]["creationTimestamp"].as_str().map(age_since).unwrap_or_else(|| "<unknown>".into())
+    obj["metadata"]["creationTimestamp"]
+        .as_str()
+        .map(age_since)
+        .unwrap_or_else(|| "<unknown>".into())
 }
 
 /// kubectl's `HumanDuration` of the time since an RFC 3339 timestamp.
 pub fn age_since(ts: &str) -> String {
-    let Ok(then) = ts.parse::<jiff::Timestamp>() else { return "<invalid>".into() };
+    let Ok(then) = ts.parse::<jiff::Timestamp>() else {
+        return "<invalid>".into();
+    };
     let secs = (jiff::Timestamp::now() - then).get_seconds();
     human_duration(secs)
 }
@@ -88,20 +97,36 @@ pub fn human_duration(secs: i64) -> String {
     if s < 120 {
         format!("{s}s")
     } else if m < 10 {
-        if s % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", s % 60) }
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
     } else if m < 180 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
     } else if h < 48 {
         format!("{h}h")
     } else if h < 192 {
-        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
     } else if d < 365 * 2 {
         format!("{d}d")
     } else if d < 365 * 8 {
         let y = d / 365;
-        if d % 365 == 0 { format!("{y}y") } else { format!("{y}y{}d", d % 365) }
+        if d % 365 == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{}d", d % 365)
+        }
     } else {
         format!("{}y", d / 365)
     }
@@ -111,11 +136,27 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Vec<Value> {
     let name = json!(obj["metadata"]["name"].as_str().unwrap_or(""));
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => {
-            let total = obj["spec"]["containers"].as_array().map(Vec::len).unwrap_or(0);
-            let statuses = obj["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
-            let ready = statuses.iter().filter(|s| s["ready"].as_bool() == Some(true)).count();
-            let restarts: i64 = statuses.iter().filter_map(|s| s["restartCount"].as_i64()).sum();
-            let mut status = obj["status"]["reason"].as_str().or(obj["status"]["phase"].as_str()).unwrap_or("Unknown").to_string();
+            let total = obj["spec"]["containers"]
+                .as_array()
+                .map(Vec::len)
+                .unwrap_or(0);
+            let statuses = obj["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let ready = statuses
+                .iter()
+                .filter(|s| s["ready"].as_bool() == Some(true))
+                .count();
+            let restarts: i64 = statuses
+                .iter()
+                .filter_map(|s| s["restartCount"].as_i64())
+                .sum();
+            let mut status = obj["status"]["reason"]
+                .as_str()
+                .or(obj["status"]["phase"].as_str())
+                .unwrap_or("Unknown")
+                .to_string();
             for s in &statuses {
                 if let Some(r) = s["state"]["waiting"]["reason"].as_str() {
                     status = r.to_string();
@@ -137,7 +178,11 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Vec<Value> {
             ]
         }
         ("", "namespaces") | ("", "persistentvolumeclaims") => {
-            vec![name, json!(obj["status"]["phase"].as_str().unwrap_or("")), json!(age(obj))]
+            vec![
+                name,
+                json!(obj["status"]["phase"].as_str().unwrap_or("")),
+                json!(age(obj)),
+            ]
         }
         ("", "services") => {
             let ports: Vec<String> = obj["spec"]["ports"]
@@ -150,7 +195,11 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Vec<Value> {
                 name,
                 json!(obj["spec"]["type"].as_str().unwrap_or("ClusterIP")),
                 json!(obj["spec"]["clusterIP"].as_str().unwrap_or("<none>")),
-                json!(if ports.is_empty() { "<none>".to_string() } else { ports.join(",") }),
+                json!(if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                }),
                 json!(age(obj)),
             ]
         }
@@ -174,26 +223,41 @@ fn custom_cells(cols: &[PrinterColumn], obj: &Value) -> Vec<Value> {
     cells
 }
 
+/// An object reduced to `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj["metadata"],
+    })
+}
+
 /// One row's `object`, per `includeObject`.
 fn row_object(obj: &Value, include: IncludeObject) -> Option<Value> {
     match include {
         IncludeObject::None => None,
         IncludeObject::Object => Some(obj.clone()),
-        IncludeObject::Metadata => Some(json!({
-            "kind": "PartialObjectMetadata",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": obj["metadata"],
-        })),
+        IncludeObject::Metadata => Some(partial(obj)),
     }
 }
 
 /// A Table of `objects`, all of resource `rt`.
-pub fn table(rt: &ResourceType, version: &str, objects: &[Value], resource_version: u64, include: IncludeObject) -> Value {
+pub fn table(
+    rt: &ResourceType,
+    version: &str,
+    objects: &[Value],
+    resource_version: u64,
+    include: IncludeObject,
+) -> Value {
     let cols = columns(rt, version);
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let cells = if rt.custom { custom_cells(&cols, o) } else { builtin_cells(rt, o) };
+            let cells = if rt.custom {
+                custom_cells(&cols, o)
+            } else {
+                builtin_cells(rt, o)
+            };
             let mut row = json!({"cells": cells});
             if let Some(obj) = row_object(o, include) {
                 row["object"] = obj;
@@ -218,7 +282,10 @@ pub fn table(rt: &ResourceType, version: &str, objects: &[Value], resource_versi
 /// `.a[?(@.type=="Ready")].status`, optionally wrapped in `{}`.
 pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
     let p = path.trim();
-    let p = p.strip_prefix('{').and_then(|x| x.strip_suffix('}')).unwrap_or(p);
+    let p = p
+        .strip_prefix('{')
+        .and_then(|x| x.strip_suffix('}'))
+        .unwrap_or(p);
     let p = p.strip_prefix('$').unwrap_or(p);
     let mut cur = obj.clone();
     let mut rest = p;
@@ -239,7 +306,7 @@ pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
                 let hit = cur.as_array()?.iter().find(|item| match &item[field] {
                     Value::String(s) => s == want,
                     Value::Null => false,
-                    other => other.to_string() == want,
+                    other => *other == want,
                 })?;
                 cur = hit.clone();
             } else if inner == "*" {
@@ -268,8 +335,14 @@ mod tests {
             {"type": "Ready", "status": "True"}
         ]}});
         assert_eq!(jsonpath(&obj, ".spec.size"), Some(json!(3)));
-        assert_eq!(jsonpath(&obj, ".status.conditions[?(@.type==\"Ready\")].status"), Some(json!("True")));
-        assert_eq!(jsonpath(&obj, ".status.conditions[0].type"), Some(json!("Available")));
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(json!("True"))
+        );
+        assert_eq!(
+            jsonpath(&obj, ".status.conditions[0].type"),
+            Some(json!("Available"))
+        );
         assert_eq!(jsonpath(&obj, ".status.missing"), None);
     }
 

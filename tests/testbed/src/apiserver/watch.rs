@@ -26,7 +26,11 @@ struct Filter {
 
 impl Filter {
     fn matches(&self, obj: &Value) -> bool {
-        let ns_ok = self.target.namespace.as_deref().is_none_or(|ns| obj["metadata"]["namespace"].as_str() == Some(ns));
+        let ns_ok = self
+            .target
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| obj["metadata"]["namespace"].as_str() == Some(ns));
         ns_ok && self.labels.matches(obj) && self.fields.matches(obj)
     }
 
@@ -49,13 +53,17 @@ impl Filter {
 struct Encoder {
     target: Target,
     table: Option<IncludeObject>,
+    metadata_only: bool,
 }
 
 impl Encoder {
     fn event(&self, kind: &str, obj: Value, rv: u64) -> Bytes {
         let obj = present(&self.target, obj);
         let obj = match self.table {
-            Some(include) => table::table(&self.target.rt, &self.target.version, &[obj], rv, include),
+            Some(include) => {
+                table::table(&self.target.rt, &self.target.version, &[obj], rv, include)
+            }
+            None if self.metadata_only => table::partial(&obj),
             None => obj,
         };
         line(&json!({"type": kind, "object": obj}))
@@ -77,20 +85,51 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(b)
 }
 
-pub fn serve(app: &Arc<App>, t: &Target, params: &Params, table: Option<IncludeObject>) -> ApiResult<Response> {
+pub fn serve(
+    app: &Arc<App>,
+    t: &Target,
+    params: &Params,
+    table: Option<IncludeObject>,
+    metadata_only: bool,
+) -> ApiResult<Response> {
     let filter = Filter {
         target: t.clone(),
-        labels: LabelSelector::parse(params.get("labelSelector").map(String::as_str).unwrap_or(""))?,
-        fields: FieldSelector::parse(params.get("fieldSelector").map(String::as_str).unwrap_or(""))?,
+        labels: LabelSelector::parse(
+            params
+                .get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or(""),
+        )?,
+        fields: FieldSelector::parse(
+            params
+                .get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or(""),
+        )?,
     };
-    let enc = Encoder { target: t.clone(), table };
-    let bookmarks = params.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let enc = Encoder {
+        target: t.clone(),
+        table,
+        metadata_only,
+    };
+    let bookmarks = params
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
     let send_initial = params.get("sendInitialEvents").is_some_and(|b| b == "true");
-    let rv_param = params.get("resourceVersion").filter(|r| !r.is_empty()).cloned();
-    let timeout = params.get("timeoutSeconds").and_then(|s| s.parse::<u64>().ok()).map(Duration::from_secs);
+    let rv_param = params
+        .get("resourceVersion")
+        .filter(|r| !r.is_empty())
+        .cloned();
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs);
     let from: Option<u64> = match rv_param.as_deref() {
         None | Some("0") => None,
-        Some(r) => Some(r.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?),
+        Some(r) => Some(
+            r.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?,
+        ),
     };
 
     let mut first: Vec<Bytes> = Vec::new();
@@ -100,7 +139,10 @@ pub fn serve(app: &Arc<App>, t: &Target, params: &Params, table: Option<IncludeO
         let start_rv = store.current_rv();
         if send_initial || from.is_none() {
             // "Get state and start at most recent": synthetic ADDED events.
-            for o in store.list(&t.rt.key(), t.namespace.as_deref()).filter(|o| filter.matches(o)) {
+            for o in store
+                .list(&t.rt.key(), t.namespace.as_deref())
+                .filter(|o| filter.matches(o))
+            {
                 first.push(enc.event("ADDED", o.clone(), start_rv));
             }
             if send_initial {
@@ -172,11 +214,10 @@ pub fn serve(app: &Arc<App>, t: &Target, params: &Params, table: Option<IncludeO
                         if e.rv <= start_rv {
                             continue;
                         }
-                        if let Some((kind, obj)) = filter.view(&e) {
-                            if tx.send(Ok(enc.event(kind.as_str(), obj, e.rv))).await.is_err() {
+                        if let Some((kind, obj)) = filter.view(&e)
+                            && tx.send(Ok(enc.event(kind.as_str(), obj, e.rv))).await.is_err() {
                                 return;
                             }
-                        }
                     }
                     // A watcher too slow to keep up is cut off, as the real
                     // apiserver does; it resumes from its last version.
