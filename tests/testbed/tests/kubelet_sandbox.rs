@@ -71,6 +71,31 @@ async fn the_control_plane_runs_until_sigterm_and_leaves_no_etcd_behind() {
     };
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
 
+    // The printed usage works: kubectl sees the Pod the kubelet runs.
+    let out = tokio::process::Command::new("kubectl")
+        .args(["get", "pods", "-A", "--no-headers"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .expect("running kubectl (it must be installed)");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.contains("solo-0"))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.get(..4),
+        Some(&["sandbox", "solo-0", "1/1", "Running"][..]),
+        "{table}"
+    );
+
     nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGTERM).unwrap();
     let result = tokio::time::timeout(Duration::from_secs(60), run)
         .await
