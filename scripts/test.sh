@@ -24,4 +24,4 @@ export PATH="$etcd_dir:$PATH"
 say "etcd from $etcd_dir: $("$etcd_dir/etcd" --version | head -1)"
 
 say "cargo test (in a private mount namespace)"
-scripts/in-namespace.sh cargo test --workspace "$@"
+scripts/in-namespace.sh cargo test --workspace --no-fail-fast "$@"

@@ -80,12 +80,18 @@ pub fn ensure_private_hosts() -> Result<()> {
 /// process whose filesystem context is shared with other threads. Call it at
 /// the top of `main`, before building a tokio runtime.
 pub fn enter_private_mount_namespace(dir: &Path) -> Result<()> {
-    use nix::mount::{MsFlags, mount};
-    use nix::sched::{CloneFlags, unshare};
-
     if ensure_private_hosts().is_ok() {
         return Ok(());
     }
+    create_private_mount_namespace(dir)
+}
+
+/// As [`enter_private_mount_namespace`], but always creates a new namespace
+/// (nested, when already inside one).
+pub fn create_private_mount_namespace(dir: &Path) -> Result<()> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sched::{CloneFlags, unshare};
+
     let threads = thread_count()?;
     if threads != 1 {
         bail!(

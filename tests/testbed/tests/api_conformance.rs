@@ -469,6 +469,17 @@ async fn owner_references_collect_garbage_per_propagation_policy() {
     })
     .await;
 
+    // a dependent whose owner is already gone is collected too
+    let ghost: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "ghost-owner", "uid": "00000000-0000-0000-0000-000000000000"}}),
+    )
+    .unwrap();
+    owned_by(&cms, "stray", &ghost, false, false).await;
+    eventually("dependent of a missing owner collected", || async {
+        cms.get_opt("stray").await.unwrap().is_none()
+    })
+    .await;
+
     // orphan: dependents stay, without the owner reference
     let owner = cms
         .create(&PostParams::default(), &cm("owner", &[]))
@@ -1052,4 +1063,43 @@ async fn dropping_watches_ends_every_open_stream() {
     .await
     .expect("streams end after drop_watches");
     assert_eq!(ended, (true, true, true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_inside_the_test_runtime_and_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start_in_runtime(dir.path(), ApiServerOptions::default())
+        .await
+        .unwrap();
+    let url = server.url().to_string();
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("here", &[]))
+        .await
+        .unwrap();
+    assert!(server.resource_version() > 1);
+    let kubeconfig = std::fs::read_to_string(dir.path().join("kubeconfig")).unwrap();
+    assert!(
+        kubeconfig.contains(&url) && kubeconfig.contains("namespace: default"),
+        "{kubeconfig}"
+    );
+    server.shutdown().await;
+    let addr = url.trim_start_matches("http://").to_string();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "nothing listens after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_server_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(dir.path()).unwrap();
+    let addr = server.url().trim_start_matches("http://").to_string();
+    assert!(tokio::net::TcpStream::connect(&addr).await.is_ok());
+    drop(server);
+    assert!(
+        tokio::net::TcpStream::connect(&addr).await.is_err(),
+        "nothing listens after drop"
+    );
 }

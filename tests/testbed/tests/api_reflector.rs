@@ -301,3 +301,48 @@ async fn controller_with_finalizer_and_events_runs_its_cycle() {
     assert!(ctx.applied.load(Ordering::SeqCst) >= 1);
     task.abort();
 }
+
+#[tokio::test]
+async fn metadata_api_and_metadata_watcher_see_partial_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(dir.path()).unwrap();
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("m1", "1"))
+        .await
+        .unwrap();
+    let meta = cms.get_metadata("m1").await.unwrap();
+    assert_eq!(
+        meta.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    assert_eq!(meta.labels().get("app").map(String::as_str), Some("r"));
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+
+    // Api<PartialObjectMeta<K>> makes metadata-only requests
+    let metas: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(metas, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while stream.next().await.is_some() {}
+    });
+    cms.create(&PostParams::default(), &cm("m2", "2"))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let mut names: Vec<String> = reader.state().iter().map(|o| o.name_any()).collect();
+        names.sort();
+        if names == ["m1", "m2"] {
+            break;
+        }
+        assert!(start.elapsed() < EVENTUALLY, "metadata store is {names:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+}

@@ -169,7 +169,15 @@ fn kubectl_applies_gets_patches_and_deletes_custom_resources() {
         "{out}"
     );
 
-    k.ok(&["create", "namespace", "other"]);
+    let ns = write(
+        dir.path(),
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: other\n",
+    );
+    assert!(
+        k.ok(&["apply", "-f", &ns])
+            .contains("namespace/other created")
+    );
     let w1 = write(dir.path(), "w1.yaml", &widget("alpha", "default", 3));
     let w2 = write(dir.path(), "w2.yaml", &widget("beta", "other", 5));
     let out = k.ok(&["apply", "-f", &w1]);
@@ -192,6 +200,8 @@ fn kubectl_applies_gets_patches_and_deletes_custom_resources() {
         alpha[alpha.len() - 1].ends_with('s'),
         "age column like 5s: {out}"
     );
+    // no Ready condition yet: an empty cell, so only four cells on the row
+    assert_eq!(row(&out, &["other", "beta"]).len(), 4, "{out}");
     assert_eq!(&row(&out, &["other", "beta"])[..3], ["other", "beta", "5"]);
 
     // the Ready column follows the condition
@@ -328,10 +338,10 @@ fn kubectl_get_pods_watch_sees_an_update() {
     let wait_for = |pred: &dyn Fn(&str) -> bool, what: &str| -> String {
         let start = Instant::now();
         while start.elapsed() < EVENTUALLY {
-            if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-                if pred(&line) {
-                    return line;
-                }
+            if let Ok(line) = lines.recv_timeout(Duration::from_millis(200))
+                && pred(&line)
+            {
+                return line;
             }
         }
         panic!("kubectl get pods -w never printed {what}");
@@ -353,6 +363,45 @@ fn kubectl_get_pods_watch_sees_an_update() {
     );
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cells[..4], ["watched", "1/1", "Running", "1"], "{line}");
+
+    let described = k.ok(&["describe", "pod", "watched"]);
+    assert!(
+        described.contains("watched") && described.contains("Running"),
+        "{described}"
+    );
+
+    // client-side apply of a built-in type goes through strategic merge
+    let pod = |image: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: applied\n  labels: {{app: etcd}}\nspec:\n  containers:\n  - name: etcd\n    image: {image}\n    args: [--name, one]\n  - name: sidecar\n    image: busybox\n"
+        )
+    };
+    let p1 = write(dir.path(), "p1.yaml", &pod("etcd:3.5.1"));
+    assert!(k.ok(&["apply", "-f", &p1]).contains("pod/applied created"));
+    let p2 = write(dir.path(), "p2.yaml", &pod("etcd:3.5.2"));
+    assert!(
+        k.ok(&["apply", "-f", &p2])
+            .contains("pod/applied configured")
+    );
+    let images = k.ok(&[
+        "get",
+        "pod",
+        "applied",
+        "-o",
+        "jsonpath={.spec.containers[*].image} {.spec.containers[0].args}",
+    ]);
+    assert_eq!(images, r#"etcd:3.5.2 busybox ["--name","one"]"#);
+    let wide = k.ok(&["get", "pods", "-o", "wide", "-l", "app=etcd"]);
+    assert_eq!(
+        row(&wide, &["NAME"]),
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"],
+        "{wide}"
+    );
+    assert_eq!(
+        row(&wide, &["applied"])[..3],
+        ["applied", "0/2", "Pending"],
+        "{wide}"
+    );
 
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();

@@ -82,6 +82,17 @@ fn is_alive(pid: u32, etcd: &Path) -> bool {
 }
 
 async fn create_cluster(client: &Client, c: &StaticCluster) {
+    create_cluster_without_pods(client, c).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
+    for i in 0..c.replicas {
+        pods.create(&PostParams::default(), &c.pod(i, "new"))
+            .await
+            .expect("creating a Pod");
+    }
+}
+
+/// The namespace (if new), the headless Service and the claims.
+async fn create_cluster_without_pods(client: &Client, c: &StaticCluster) {
     let ns: Api<Namespace> = Api::all(client.clone());
     let obj: Namespace =
         serde_json::from_value(json!({"metadata": {"name": c.namespace}})).unwrap();
@@ -95,16 +106,10 @@ async fn create_cluster(client: &Client, c: &StaticCluster) {
         .await
         .expect("creating the headless Service");
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &c.namespace);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
     for i in 0..c.replicas {
         pvcs.create(&PostParams::default(), &c.claim_object(i))
             .await
             .expect("creating a PVC");
-    }
-    for i in 0..c.replicas {
-        pods.create(&PostParams::default(), &c.pod(i, "new"))
-            .await
-            .expect("creating a Pod");
     }
 }
 
@@ -530,7 +535,7 @@ async fn a_failing_liveness_probe_restarts_the_container_and_counts_it() {
     let client = plane.client();
     let mut c = StaticCluster::new("live", "sick", 1);
     c.restart_policy = "Always".into();
-    client_create_namespace_and_claims(&client, &c).await;
+    create_cluster_without_pods(&client, &c).await;
     let mut pod = c.pod(0, "new");
     // etcd's metrics listener answers 404 here: the probe fails for real.
     let probe = json!({"httpGet": {"path": "/no-such-endpoint", "port": 2381}, "periodSeconds": 1, "failureThreshold": 2});
@@ -550,17 +555,31 @@ async fn a_failing_liveness_probe_restarts_the_container_and_counts_it() {
     plane.finish(&[&c]).await;
 }
 
-async fn client_create_namespace_and_claims(client: &Client, c: &StaticCluster) {
-    let ns: Api<Namespace> = Api::all(client.clone());
-    let obj: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": c.namespace}})).unwrap();
-    let _ = ns.create(&PostParams::default(), &obj).await;
-    let svc: Api<Service> = Api::namespaced(client.clone(), &c.namespace);
-    svc.create(&PostParams::default(), &c.service())
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_kubelet_cannot_run_says_why_and_can_still_be_deleted() {
+    let plane = start().await;
+    let client = plane.client();
+    let c = StaticCluster::new("unrunnable", "odd", 1);
+    create_cluster_without_pods(&client, &c).await;
+    let mut pod = c.pod(0, "new");
+    let spec = pod.spec.as_mut().unwrap();
+    spec.volumes.as_mut().unwrap()[0] =
+        serde_json::from_value(json!({"name": "data", "configMap": {"name": "cfg"}})).unwrap();
+    let api = pods(&client, &c);
+    api.create(&PostParams::default(), &pod).await.unwrap();
+
+    let p = wait_pod(&api, &c.member(0), "refused", |p| {
+        container(p)["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+    })
+    .await;
+    let message = container(&p)["state"]["waiting"]["message"].to_string();
+    assert!(message.contains("volume \\\"data\\\""), "{message}");
+    assert_eq!(phase(&p), "Pending");
+    assert!(plane.plane.kubelet().started_pids().is_empty());
+
+    api.delete(&c.member(0), &DeleteParams::default())
         .await
         .unwrap();
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &c.namespace);
-    pvcs.create(&PostParams::default(), &c.claim_object(0))
-        .await
-        .unwrap();
+    wait_gone(&api, &c.member(0)).await;
+    plane.plane.shutdown().await;
 }

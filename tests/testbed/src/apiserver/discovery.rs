@@ -138,3 +138,96 @@ pub fn resource_list<'a>(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
     )
 }
+
+/// Group versions served, as OpenAPI v3 path keys (`api/v1`, `apis/g/v`).
+fn served_group_versions<'a>(
+    types: impl Iterator<Item = &'a ResourceType>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for t in types {
+        for v in &t.versions {
+            let gv = (t.group.clone(), v.name.clone());
+            if !out.contains(&gv) {
+                out.push(gv);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: where each group version's document lives. The hash
+/// changes with the document so kubectl's cache never serves a stale one.
+pub fn openapi_v3_root(types: &[ResourceType]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for (g, v) in served_group_versions(types.iter()) {
+        let doc = openapi_v3_group_version(types, &g, &v).unwrap_or(Value::Null);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            doc.to_string().hash(&mut h);
+            format!("{:016X}", h.finish())
+        };
+        let p = gv_path(&g, &v);
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// A deliberately small OpenAPI v3 document for one group version: just
+/// enough for kubectl to learn that every resource's PATCH accepts
+/// `fieldValidation`, so it leaves validation to the server instead of
+/// validating client-side against schemas this stand-in does not publish.
+pub fn openapi_v3_group_version(
+    types: &[ResourceType],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
+    let mut paths = serde_json::Map::new();
+    for t in types
+        .iter()
+        .filter(|t| t.group == group && t.version(version).is_some())
+    {
+        let gvk = json!({"group": group, "version": version, "kind": t.kind});
+        let base = format!("/{}", gv_path(group, version));
+        let item = if t.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+        } else {
+            format!("{base}/{}/{{name}}", t.plural)
+        };
+        let params: Vec<Value> = ["fieldValidation", "fieldManager", "dryRun", "force"]
+            .iter()
+            .map(|p| json!({"name": p, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+            .collect();
+        let op = |verb: &str| {
+            json!({
+                "operationId": format!("{verb}{}", t.kind),
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+            })
+        };
+        paths.insert(item, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete"), "parameters": params}));
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes API stand-in (etcd-steward testbed)", "version": "v1.32.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}

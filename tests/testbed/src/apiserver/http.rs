@@ -147,6 +147,18 @@ async fn route(
             discovery::resource_list(store.types.values(), g, v)
                 .map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
         }
+        ["openapi", "v3"] => {
+            read_only()?;
+            let types: Vec<ResourceType> = app.lock().types.values().cloned().collect();
+            ok(&discovery::openapi_v3_root(&types))
+        }
+        ["openapi", "v3", "api", v] | ["openapi", "v3", "apis", _, v] => {
+            read_only()?;
+            let group = if segs[2] == "api" { "" } else { segs[3] };
+            let types: Vec<ResourceType> = app.lock().types.values().cloned().collect();
+            discovery::openapi_v3_group_version(&types, group, v)
+                .map_or_else(|| Err(ApiError::not_found_path(path)), |d| ok(&d))
+        }
         ["api", v, rest @ ..] => {
             let target = resolve(app, "", v, rest, path)?;
             resource(app, method, target, params, headers, body).await
@@ -212,6 +224,15 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
+/// `Accept: ...;as=PartialObjectMetadata...` (kube's metadata API and
+/// metadata_watcher).
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+}
+
 fn write_options(params: &Params) -> WriteOptions {
     WriteOptions {
         dry_run: params.get("dryRun").is_some_and(|d| d == "All"),
@@ -220,6 +241,14 @@ fn write_options(params: &Params) -> WriteOptions {
 }
 
 fn parse_json(body: &[u8]) -> ApiResult<Value> {
+    // Protobuf bodies (client-go's typed clients) start with this magic.
+    if body.starts_with(b"k8s\0") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the API stand-in speaks JSON only; protobuf request bodies are not supported",
+        ));
+    }
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
@@ -263,14 +292,20 @@ async fn resource(
         return Err(err);
     }
     let table = wants_table(headers);
+    let metadata_only = !table && wants_metadata(headers);
     match verb {
         Verb::Watch => watch::serve(
             app,
             &t,
             params,
             table.then(|| IncludeObject::parse(params.get("includeObject").map(String::as_str))),
+            metadata_only,
         ),
-        Verb::List => list(app, &t, params, table),
+        Verb::List => list(app, &t, params, table, metadata_only),
+        Verb::Get if metadata_only && t.subresource.is_none() => {
+            let obj = current(&app.lock(), &t)?;
+            ok(&table::partial(&obj))
+        }
         Verb::Get => get(app, &t, table, params),
         Verb::Create => {
             let obj = parse_json(&body)?;
@@ -309,7 +344,13 @@ fn selected(t: &Target, store: &Store, params: &Params) -> ApiResult<Vec<Value>>
         .collect())
 }
 
-fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Response> {
+fn list(
+    app: &App,
+    t: &Target,
+    params: &Params,
+    table: bool,
+    metadata_only: bool,
+) -> ApiResult<Response> {
     let (mut items, rv) = {
         let store = app.lock();
         (selected(t, &store, params)?, store.current_rv())
@@ -324,11 +365,10 @@ fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Respon
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0)
+        && items.len() > limit
     {
-        if items.len() > limit {
-            items.truncate(limit);
-            cont = items.last().map(|o| encode_continue(&continue_key(o)));
-        }
+        items.truncate(limit);
+        cont = items.last().map(|o| encode_continue(&continue_key(o)));
     }
     if table {
         let include = IncludeObject::parse(params.get("includeObject").map(String::as_str));
@@ -341,6 +381,15 @@ fn list(app: &App, t: &Target, params: &Params, table: bool) -> ApiResult<Respon
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         metadata["continue"] = json!(c);
+    }
+    if metadata_only {
+        let items: Vec<Value> = items.iter().map(table::partial).collect();
+        return ok(&json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": metadata,
+            "items": items,
+        }));
     }
     ok(&json!({
         "kind": t.rt.list_kind,
@@ -411,7 +460,7 @@ fn update(app: &App, t: &Target, obj: Value, params: &Params) -> ApiResult<Respo
     } else {
         obj
     };
-    let updated = store.update(&t.rt, &t.version, t.ns(), name, obj, endpoint(t), &opts)?;
+    let updated = store.update(&t.rt, &t.version, (t.ns(), name), obj, endpoint(t), &opts)?;
     if t.subresource.as_deref() == Some("scale") {
         return ok(&to_scale(t, &updated));
     }
@@ -470,8 +519,14 @@ fn patch(
                     &api_version,
                     &now(),
                 )?;
-                let updated =
-                    store.update(&t.rt, &t.version, t.ns(), &name, merged, endpoint(t), &opts)?;
+                let updated = store.update(
+                    &t.rt,
+                    &t.version,
+                    (t.ns(), &name),
+                    merged,
+                    endpoint(t),
+                    &opts,
+                )?;
                 ok(&present(t, updated))
             }
         };
@@ -480,15 +535,21 @@ fn patch(
     if t.subresource.as_deref() == Some("scale") {
         let scale = patch::apply_patch(&to_scale(t, &live), &patch_doc, ty)?;
         let obj = from_scale(t, &live, &scale)?;
-        let updated = store.update(&t.rt, &t.version, t.ns(), &name, obj, Endpoint::Main, &opts)?;
+        let updated = store.update(
+            &t.rt,
+            &t.version,
+            (t.ns(), &name),
+            obj,
+            Endpoint::Main,
+            &opts,
+        )?;
         return ok(&to_scale(t, &updated));
     }
     let patched = patch::apply_patch(&present(t, live), &patch_doc, ty)?;
     let updated = store.update(
         &t.rt,
         &t.version,
-        t.ns(),
-        &name,
+        (t.ns(), &name),
         patched,
         endpoint(t),
         &opts,

@@ -174,29 +174,29 @@ impl Store {
         opts: &WriteOptions,
     ) -> ApiResult<Value> {
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
-        if rt.custom {
-            if let Some(schema) = rt.version(version).and_then(|v| v.schema.as_ref()) {
-                let outcome = schema::apply(&mut obj, schema, old, opts.strict);
-                if !outcome.unknown.is_empty() && opts.strict {
-                    let list: Vec<String> = outcome
-                        .unknown
-                        .iter()
-                        .map(|u| format!("unknown field \"{u}\""))
-                        .collect();
-                    return Err(ApiError::bad_request(format!(
-                        ".{}: {}",
-                        rt.kind,
-                        list.join(", ")
-                    )));
-                }
-                if !outcome.errors.is_empty() {
-                    return Err(ApiError::invalid(
-                        &rt.kind,
-                        &rt.group,
-                        &name,
-                        outcome.errors,
-                    ));
-                }
+        if rt.custom
+            && let Some(schema) = rt.version(version).and_then(|v| v.schema.as_ref())
+        {
+            let outcome = schema::apply(&mut obj, schema, old, opts.strict);
+            if !outcome.unknown.is_empty() && opts.strict {
+                let list: Vec<String> = outcome
+                    .unknown
+                    .iter()
+                    .map(|u| format!("unknown field \"{u}\""))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    ".{}: {}",
+                    rt.kind,
+                    list.join(", ")
+                )));
+            }
+            if !outcome.errors.is_empty() {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    &name,
+                    outcome.errors,
+                ));
             }
         }
         if rt.plural == "customresourcedefinitions" {
@@ -314,10 +314,11 @@ impl Store {
                 md.remove(k);
             }
         }
-        if rt.custom && rt.has_status() {
-            if let Some(m) = obj.as_object_mut() {
-                m.remove("status");
-            }
+        if rt.custom
+            && rt.has_status()
+            && let Some(m) = obj.as_object_mut()
+        {
+            m.remove("status");
         }
         self.builtin_defaults(rt, &mut obj);
         let obj = self.validated(rt, version, obj, None, opts)?;
@@ -326,6 +327,13 @@ impl Store {
         }
         let stored = self.put(&rt.key(), obj);
         self.after_write(rt, &stored);
+        if !owner_uids(&stored).is_empty() {
+            // A dependent of owners that no longer exist is garbage at once.
+            self.collect_garbage();
+            if self.get(&rt.key(), ns, &name).is_none() {
+                return Ok(stored);
+            }
+        }
         Ok(stored)
     }
 
@@ -358,10 +366,8 @@ impl Store {
                     obj["status"] = json!({"loadBalancer": {}});
                 }
             }
-            ("", "persistentvolumeclaims") => {
-                if obj["status"]["phase"].is_null() {
-                    obj["status"] = json!({"phase": "Pending"});
-                }
+            ("", "persistentvolumeclaims") if obj["status"]["phase"].is_null() => {
+                obj["status"] = json!({"phase": "Pending"});
             }
             _ => {}
         }
@@ -372,8 +378,7 @@ impl Store {
         &mut self,
         rt: &ResourceType,
         version: &str,
-        ns: &str,
-        name: &str,
+        (ns, name): (&str, &str),
         mut obj: Value,
         endpoint: Endpoint,
         opts: &WriteOptions,
@@ -388,31 +393,30 @@ impl Store {
                 "the request body must be an object with metadata",
             ));
         }
-        if let Some(body_name) = meta_str(&obj, "name").filter(|n| !n.is_empty()) {
-            if body_name != name {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                )));
-            }
+        if let Some(body_name) = meta_str(&obj, "name").filter(|n| !n.is_empty())
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
         }
-        if rt.namespaced {
-            if let Some(body_ns) = meta_str(&obj, "namespace").filter(|n| !n.is_empty()) {
-                if body_ns != ns {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ));
-                }
-            }
+        if rt.namespaced
+            && let Some(body_ns) = meta_str(&obj, "namespace").filter(|n| !n.is_empty())
+            && body_ns != ns
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
         }
-        if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|r| !r.is_empty()) {
-            if Some(rv) != meta_str(&old, "resourceVersion") {
-                return Err(ApiError::conflict(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
-            }
+        if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|r| !r.is_empty())
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
         }
         if endpoint == Endpoint::Status {
             let mut next = old.clone();
@@ -439,10 +443,10 @@ impl Store {
                     }
                 }
             }
-            if obj["metadata"].get("managedFields").is_none() {
-                if let Some(mf) = old["metadata"].get("managedFields") {
-                    obj["metadata"]["managedFields"] = mf.clone();
-                }
+            if obj["metadata"].get("managedFields").is_none()
+                && let Some(mf) = old["metadata"].get("managedFields")
+            {
+                obj["metadata"]["managedFields"] = mf.clone();
             }
             if rt.has_status() {
                 match old.get("status") {
@@ -520,31 +524,31 @@ impl Store {
             .get(&key, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        if let Some(uid) = &opts.precondition_uid {
-            if Some(uid.as_str()) != meta_str(&obj, "uid") {
-                return Err(ApiError::conflict(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta_str(&obj, "uid").unwrap_or("")
-                    ),
-                ));
-            }
+        if let Some(uid) = &opts.precondition_uid
+            && Some(uid.as_str()) != meta_str(&obj, "uid")
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&obj, "uid").unwrap_or("")
+                ),
+            ));
         }
-        if let Some(rv) = &opts.precondition_rv {
-            if Some(rv.as_str()) != meta_str(&obj, "resourceVersion") {
-                return Err(ApiError::conflict(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        meta_str(&obj, "resourceVersion").unwrap_or("")
-                    ),
-                ));
-            }
+        if let Some(rv) = &opts.precondition_rv
+            && Some(rv.as_str()) != meta_str(&obj, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&obj, "resourceVersion").unwrap_or("")
+                ),
+            ));
         }
         if opts.dry_run {
             return Ok(obj);
@@ -616,19 +620,19 @@ impl Store {
         if rt.plural == "customresourcedefinitions"
             && rt.group == "apiextensions.k8s.io"
             && !is_deleting(stored)
+            && let Ok(defined) = from_crd(stored)
         {
-            if let Ok(defined) = from_crd(stored) {
-                self.types.insert(defined.key(), defined);
-            }
+            self.types.insert(defined.key(), defined);
         }
     }
 
     fn after_remove(&mut self, rt: &ResourceType, gone: &Value) {
-        if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
-            if let Ok(defined) = from_crd(gone) {
-                self.drop_resource(&defined.key());
-                self.types.remove(&defined.key());
-            }
+        if rt.plural == "customresourcedefinitions"
+            && rt.group == "apiextensions.k8s.io"
+            && let Ok(defined) = from_crd(gone)
+        {
+            self.drop_resource(&defined.key());
+            self.types.remove(&defined.key());
         }
         self.collect_garbage();
     }
@@ -738,12 +742,11 @@ impl Store {
                                 finalizers(&o).into_iter().filter(|f| f != which).collect();
                             set_finalizers(&mut o, rest);
                             if finalizers(&o).is_empty() && grace_done(&o) {
-                                if let Some(gone) = self.remove(&key, &ns, &name) {
-                                    if let Some(rt2) = self.types.get(&key).cloned() {
-                                        if rt2.plural == "customresourcedefinitions" {
-                                            self.after_remove_no_gc(&rt2, &gone);
-                                        }
-                                    }
+                                if let Some(gone) = self.remove(&key, &ns, &name)
+                                    && let Some(rt2) = self.types.get(&key).cloned()
+                                    && rt2.plural == "customresourcedefinitions"
+                                {
+                                    self.after_remove_no_gc(&rt2, &gone);
                                 }
                             } else {
                                 self.put(&key, o);
@@ -760,11 +763,12 @@ impl Store {
     }
 
     fn after_remove_no_gc(&mut self, rt: &ResourceType, gone: &Value) {
-        if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
-            if let Ok(defined) = from_crd(gone) {
-                self.drop_resource(&defined.key());
-                self.types.remove(&defined.key());
-            }
+        if rt.plural == "customresourcedefinitions"
+            && rt.group == "apiextensions.k8s.io"
+            && let Ok(defined) = from_crd(gone)
+        {
+            self.drop_resource(&defined.key());
+            self.types.remove(&defined.key());
         }
     }
 }

@@ -166,22 +166,22 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
         ));
         return;
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            let names = allowed
-                .iter()
-                .map(|a| {
-                    a.as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| a.to_string())
-                })
-                .collect();
-            out.errors.push(FieldError::new(
-                path,
-                FieldErrorKind::NotSupported(value.clone(), names),
-                "",
-            ));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let names = allowed
+            .iter()
+            .map(|a| {
+                a.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| a.to_string())
+            })
+            .collect();
+        out.errors.push(FieldError::new(
+            path,
+            FieldErrorKind::NotSupported(value.clone(), names),
+            "",
+        ));
     }
     match value {
         Value::Object(map) => {
@@ -369,14 +369,15 @@ fn walk(value: &mut Value, schema: &Value, old: Option<&Value>, path: &str, out:
                     ));
                 }
             }
-            if let Some(m) = schema.get("multipleOf").and_then(Value::as_f64) {
-                if m != 0.0 && (x / m).fract() != 0.0 {
-                    out.errors.push(FieldError::new(
-                        path,
-                        FieldErrorKind::Invalid(value.clone()),
-                        format!("{path} in body should be a multiple of {}", num(m)),
-                    ));
-                }
+            if let Some(m) = schema.get("multipleOf").and_then(Value::as_f64)
+                && m != 0.0
+                && (x / m).fract() != 0.0
+            {
+                out.errors.push(FieldError::new(
+                    path,
+                    FieldErrorKind::Invalid(value.clone()),
+                    format!("{path} in body should be a multiple of {}", num(m)),
+                ));
             }
         }
         _ => {}

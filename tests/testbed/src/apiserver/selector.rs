@@ -120,9 +120,10 @@ fn valid_key(key: &str) -> Option<String> {
     ok.then(|| key.to_string())
 }
 
-/// A field selector. The stand-in supports `metadata.name` and
-/// `metadata.namespace` with `=`, `==` and `!=`, plus `status.phase` and
-/// `spec.nodeName` for Pods since kubelets select on them.
+/// A field selector: `=`, `==` and `!=` on any dotted field path, compared
+/// as strings (a missing field is ""). More permissive than the real
+/// apiserver, which allows only a few fields per type; kubectl's describe
+/// selects events on `involvedObject.*`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
@@ -144,12 +145,13 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if !matches!(
-                field,
-                "metadata.name" | "metadata.namespace" | "status.phase" | "spec.nodeName"
-            ) {
+            let well_formed = !field.is_empty()
+                && field
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric()));
+            if !well_formed {
                 return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field} (the stand-in supports metadata.name, metadata.namespace, status.phase, spec.nodeName)"
+                    "invalid field selector: {term:?}"
                 )));
             }
             reqs.push((field.to_string(), eq, value.trim().to_string()));
@@ -160,8 +162,12 @@ impl FieldSelector {
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, eq, value)| {
             let pointer = format!("/{}", field.replace('.', "/"));
-            let actual = obj.pointer(&pointer).and_then(Value::as_str).unwrap_or("");
-            (actual == value) == *eq
+            let actual = match obj.pointer(&pointer) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (actual == *value) == *eq
         })
     }
 }
@@ -204,6 +210,7 @@ mod tests {
                 .unwrap()
                 .matches(&obj)
         );
-        assert!(FieldSelector::parse("spec.foo=1").is_err());
+        assert!(FieldSelector::parse("spec..foo=1").is_err());
+        assert!(FieldSelector::parse("spec.missing=").unwrap().matches(&obj));
     }
 }

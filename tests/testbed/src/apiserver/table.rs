@@ -223,16 +223,21 @@ fn custom_cells(cols: &[PrinterColumn], obj: &Value) -> Vec<Value> {
     cells
 }
 
+/// An object reduced to `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj["metadata"],
+    })
+}
+
 /// One row's `object`, per `includeObject`.
 fn row_object(obj: &Value, include: IncludeObject) -> Option<Value> {
     match include {
         IncludeObject::None => None,
         IncludeObject::Object => Some(obj.clone()),
-        IncludeObject::Metadata => Some(json!({
-            "kind": "PartialObjectMetadata",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": obj["metadata"],
-        })),
+        IncludeObject::Metadata => Some(partial(obj)),
     }
 }
 
@@ -301,7 +306,7 @@ pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
                 let hit = cur.as_array()?.iter().find(|item| match &item[field] {
                     Value::String(s) => s == want,
                     Value::Null => false,
-                    other => other.to_string() == want,
+                    other => *other == want,
                 })?;
                 cur = hit.clone();
             } else if inner == "*" {

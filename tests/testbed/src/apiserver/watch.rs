@@ -53,6 +53,7 @@ impl Filter {
 struct Encoder {
     target: Target,
     table: Option<IncludeObject>,
+    metadata_only: bool,
 }
 
 impl Encoder {
@@ -62,6 +63,7 @@ impl Encoder {
             Some(include) => {
                 table::table(&self.target.rt, &self.target.version, &[obj], rv, include)
             }
+            None if self.metadata_only => table::partial(&obj),
             None => obj,
         };
         line(&json!({"type": kind, "object": obj}))
@@ -88,6 +90,7 @@ pub fn serve(
     t: &Target,
     params: &Params,
     table: Option<IncludeObject>,
+    metadata_only: bool,
 ) -> ApiResult<Response> {
     let filter = Filter {
         target: t.clone(),
@@ -107,6 +110,7 @@ pub fn serve(
     let enc = Encoder {
         target: t.clone(),
         table,
+        metadata_only,
     };
     let bookmarks = params
         .get("allowWatchBookmarks")
@@ -210,11 +214,10 @@ pub fn serve(
                         if e.rv <= start_rv {
                             continue;
                         }
-                        if let Some((kind, obj)) = filter.view(&e) {
-                            if tx.send(Ok(enc.event(kind.as_str(), obj, e.rv))).await.is_err() {
+                        if let Some((kind, obj)) = filter.view(&e)
+                            && tx.send(Ok(enc.event(kind.as_str(), obj, e.rv))).await.is_err() {
                                 return;
                             }
-                        }
                     }
                     // A watcher too slow to keep up is cut off, as the real
                     // apiserver does; it resumes from its last version.

@@ -48,7 +48,7 @@ pub(crate) enum Command {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     Liveness,
-    NodeStop,
+    Node,
     Delete,
     Shutdown,
 }
@@ -116,12 +116,10 @@ fn now() -> Timestamp {
     Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-fn sleep_opt(at: Option<Instant>) -> impl std::future::Future<Output = ()> {
-    async move {
-        match at {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -461,11 +459,19 @@ impl Worker {
                 tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started etcd");
             }
             Err(e) => {
-                self.waiting = (
-                    "RunContainerError".into(),
-                    Some(format!("starting {}: {e}", plan.program.display())),
-                );
-                self.schedule_restart();
+                let message = format!("starting {}: {e}", plan.program.display());
+                tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
+                if self.restart_policy() != "Never" {
+                    self.waiting = ("RunContainerError".into(), Some(message));
+                    self.schedule_restart();
+                } else {
+                    // As the kubelet reports a container that never started.
+                    self.terminated = Some(json!({"terminated": {
+                        "exitCode": 128, "reason": "StartError", "message": message,
+                        "finishedAt": now().to_string(),
+                    }}));
+                    self.phase = "Failed";
+                }
             }
         }
     }
@@ -532,7 +538,7 @@ impl Worker {
             Some(Stop::Shutdown) => self.done = true,
             Some(Stop::Delete) => self.finalize().await,
             _ if self.deleting => self.finalize().await,
-            Some(Stop::NodeStop) => self.phase = if code == 0 { "Succeeded" } else { "Failed" },
+            Some(Stop::Node) => self.phase = if code == 0 { "Succeeded" } else { "Failed" },
             Some(Stop::Liveness) | None => {
                 let restart = match self.restart_policy() {
                     "Never" => false,
@@ -712,7 +718,7 @@ impl Worker {
                 self.restart_at = None;
                 if self.child.is_some() {
                     if self.stopping.is_none() {
-                        self.stop_process(Stop::NodeStop, self.grace());
+                        self.stop_process(Stop::Node, self.grace());
                     }
                     self.exit_waiters.push(ack);
                 } else {
