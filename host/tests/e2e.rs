@@ -270,7 +270,7 @@ fn an_operator_killed_right_after_member_add_is_converged_by_the_next() {
         });
         env.scale("crash", 4).await;
         env.wait_operator_exit().await;
-        assert_eq!(env.faults.calls(Rpc::MemberAddAsLearner), 1);
+        assert!(env.faults.calls(Rpc::MemberAddAsLearner) >= 1);
         env.faults.clear_all();
         let all = env.endpoints("crash").await;
         let list = env.etcdctl(&all, &["member", "list"]).await;

@@ -84,7 +84,19 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         };
     }
 
-    let evaluation = policy.evaluate(&observed.observation);
+    // wasmtime-wasi's synchronous bindings block on the runtime, which must
+    // not happen on an async worker thread.
+    let evaluation = {
+        let policy = policy.clone();
+        let observation = observed.observation.clone();
+        match tokio::task::spawn_blocking(move || policy.evaluate(&observation)).await {
+            Ok(evaluation) => evaluation,
+            Err(join) => crate::policy::Evaluation {
+                verdict: fallback_verdict(&format!("the policy evaluation thread failed: {join}")),
+                error: None,
+            },
+        }
+    };
     ctx.metrics.observe_policy(evaluation.error.as_ref());
     Evaluated {
         problem: evaluation

@@ -129,8 +129,11 @@ pub fn plan(f: &Facts) -> Step {
         return Step::Wait("etcd's member list is unknown".into());
     };
 
-    // A member etcd knows but Kubernetes does not: finish the interrupted add.
-    for m in listed {
+    // An added learner that never started and has no EtcdMember: the
+    // operator stopped between MemberAdd and creating the object. Finish
+    // the add. A *started* member without an object is one whose removal a
+    // lagging member has not applied yet; it must never be re-created.
+    for m in listed.iter().filter(|m| m.is_learner && m.name.is_empty()) {
         if let Some(name) = listed_name(m)
             && !live.iter().any(|k| k.name == name)
         {
@@ -138,6 +141,15 @@ pub fn plan(f: &Facts) -> Step {
                 name: name.to_owned(),
             };
         }
+    }
+    if let Some(stranger) = listed
+        .iter()
+        .filter_map(listed_name)
+        .find(|name| !live.iter().any(|k| k.name == *name))
+    {
+        return Step::Wait(format!(
+            "etcd still lists {stranger}, which has no EtcdMember (a removal not yet applied everywhere)"
+        ));
     }
 
     if let Some(learner) = listed.iter().find(|m| m.is_learner) {
@@ -292,6 +304,13 @@ mod tests {
                 name: "etcd-x7k2p".into()
             }
         );
+    }
+
+    #[test]
+    fn a_started_member_without_an_object_is_never_recreated() {
+        let mut f = healthy(3, &["a", "b", "c"]);
+        f.members.pop();
+        assert!(matches!(plan(&f), Step::Wait(m) if m.contains("still lists c")));
     }
 
     #[test]

@@ -166,8 +166,26 @@ impl Env {
                 return c;
             }
             if start.elapsed() > EVENTUALLY {
+                let members: Vec<String> = self
+                    .members()
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| {
+                        l.items
+                            .iter()
+                            .map(|m| {
+                                format!(
+                                    "{} deleting={:?} finalizers={:?}",
+                                    m.name_any(),
+                                    m.metadata.deletion_timestamp,
+                                    m.metadata.finalizers
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 panic!(
-                    "timed out waiting for {what}; last status:\n{}",
+                    "timed out waiting for {what}; members: {members:#?}\nlast status:\n{}",
                     serde_json::to_string_pretty(&c.status).unwrap()
                 );
             }

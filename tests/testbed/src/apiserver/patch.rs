@@ -176,7 +176,8 @@ fn strip_directives(v: &Value) -> Value {
 /// Server-side apply, approximated: the applied configuration is merged
 /// into the live object (maps deep-merge, keyed lists merge by `name` or
 /// `type`, other lists are replaced). Fields the configuration does not
-/// mention are never removed, even ones this manager applied before.
+/// mention are not removed here; [`server_side_apply`] removes only keyed
+/// list items the same manager applied before and nobody else owns.
 fn merge_applied(doc: &mut Value, applied: &Value) {
     let Value::Object(a) = applied else {
         *doc = applied.clone();
@@ -306,6 +307,46 @@ fn from_fields_v1(v: &Value) -> BTreeSet<FieldPath> {
     out
 }
 
+/// Removes the keyed list item a managedFields path ends at, if present.
+fn remove_item(obj: &mut Value, path: &[String]) {
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
+    let Some(k) = last.strip_prefix("k:") else {
+        return;
+    };
+    let Ok(key) = serde_json::from_str::<Value>(k) else {
+        return;
+    };
+    let Some((kname, kval)) = key.as_object().and_then(|m| m.iter().next()) else {
+        return;
+    };
+    let mut cur = obj;
+    for seg in parent {
+        let next = if let Some(f) = seg.strip_prefix("f:") {
+            cur.get_mut(f)
+        } else if let Some(k) = seg.strip_prefix("k:") {
+            let Ok(key) = serde_json::from_str::<Value>(k) else {
+                return;
+            };
+            let Some((n, v)) = key.as_object().and_then(|m| m.iter().next()) else {
+                return;
+            };
+            cur.as_array_mut()
+                .and_then(|a| a.iter_mut().find(|i| i.get(n) == Some(v)))
+        } else {
+            None
+        };
+        let Some(next) = next else {
+            return;
+        };
+        cur = next;
+    }
+    if let Some(list) = cur.as_array_mut() {
+        list.retain(|i| i.get(kname) != Some(kval));
+    }
+}
+
 /// Reads the value at a managedFields path from an object.
 fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     let mut cur = obj;
@@ -378,6 +419,35 @@ pub fn server_side_apply(
     }
     let mut merged = live.clone();
     merge_applied(&mut merged, &strip_for_merge(applied));
+    // As in real server-side apply: keyed list items this manager applied
+    // before, no longer applies, and nobody else owns are removed (so a
+    // status list can shrink). Other fields are still never removed.
+    let previous: BTreeSet<FieldPath> = entries
+        .iter()
+        .filter(|e| {
+            e["manager"].as_str() == Some(manager) && e["operation"].as_str() == Some("Apply")
+        })
+        .flat_map(|e| from_fields_v1(&e["fieldsV1"]))
+        .collect();
+    let others: BTreeSet<FieldPath> = entries
+        .iter()
+        .filter(|e| e["manager"].as_str() != Some(manager))
+        .flat_map(|e| from_fields_v1(&e["fieldsV1"]))
+        .collect();
+    let items = |paths: &BTreeSet<FieldPath>| -> BTreeSet<FieldPath> {
+        paths
+            .iter()
+            .filter_map(|p| {
+                p.iter()
+                    .rposition(|s| s.starts_with("k:"))
+                    .map(|i| p[..=i].to_vec())
+            })
+            .collect()
+    };
+    let (was, now, kept) = (items(&previous), items(&mine), items(&others));
+    for item in was.difference(&now).filter(|i| !kept.contains(*i)) {
+        remove_item(&mut merged, item);
+    }
     let subresource_free = |e: &Value| e["subresource"].as_str().unwrap_or("").is_empty();
     for entry in entries.iter_mut() {
         if entry["manager"].as_str() == Some(manager)
@@ -466,5 +536,29 @@ mod tests {
             "t",
         );
         assert!(again.is_err());
+    }
+
+    #[test]
+    fn apply_drops_list_items_the_same_manager_stopped_applying() {
+        let live = json!({"metadata": {"name": "a"}});
+        let two =
+            json!({"status": {"members": [{"name": "x", "id": "1"}, {"name": "y", "id": "2"}]}});
+        let out = server_side_apply(&live, &two, "op", false, "v1", "t").unwrap();
+        let one = json!({"status": {"members": [{"name": "x", "id": "1"}]}});
+        let out = server_side_apply(&out, &one, "op", false, "v1", "t").unwrap();
+        assert_eq!(out["status"]["members"], json!([{"name": "x", "id": "1"}]));
+        // An item another manager also applied is kept.
+        let shared = server_side_apply(&live, &two, "op", false, "v1", "t").unwrap();
+        let shared = server_side_apply(
+            &shared,
+            &json!({"status": {"members": [{"name": "y", "id": "2"}]}}),
+            "other",
+            true,
+            "v1",
+            "t",
+        )
+        .unwrap();
+        let out = server_side_apply(&shared, &one, "op", false, "v1", "t").unwrap();
+        assert_eq!(out["status"]["members"].as_array().unwrap().len(), 2);
     }
 }
