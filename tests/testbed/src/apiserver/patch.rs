@@ -444,8 +444,8 @@ pub fn server_side_apply(
             })
             .collect()
     };
-    let (was, now, kept) = (items(&previous), items(&mine), items(&others));
-    for item in was.difference(&now).filter(|i| !kept.contains(*i)) {
+    let (was, still, kept) = (items(&previous), items(&mine), items(&others));
+    for item in was.difference(&still).filter(|i| !kept.contains(*i)) {
         remove_item(&mut merged, item);
     }
     let subresource_free = |e: &Value| e["subresource"].as_str().unwrap_or("").is_empty();
