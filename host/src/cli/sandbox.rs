@@ -188,13 +188,16 @@ async fn replay_incident(
         "== the incident: the node shuts down gracefully; every etcd exits 0 and its Pod goes Succeeded"
     );
     let outage = Instant::now();
-    plane.kubelet().stop_node().await;
-    wait_until(
-        clusters,
-        |c| cond(c, "Available").0 == "False",
-        Duration::from_secs(60),
-    )
-    .await?;
+    // Watch while the node stops: etcd takes seconds to exit gracefully.
+    let (_, detected) = tokio::join!(
+        plane.kubelet().stop_node(),
+        wait_until(
+            clusters,
+            |c| cond(c, "Available").0 == "False",
+            Duration::from_secs(60)
+        ),
+    );
+    detected?;
     println!(
         "== Available turned False {:.1}s after the outage began (the incident's operator never did)",
         outage.elapsed().as_secs_f64()

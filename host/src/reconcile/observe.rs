@@ -203,22 +203,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         history: sdk::History {
             last_verified: status.last_verified_time.as_ref().map(ms),
             unverified_streak: status.unverified_streak,
-            previous_conditions: status
-                .conditions
-                .iter()
-                .filter_map(|c| {
-                    Some(sdk::PreviousCondition {
-                        type_: c.type_.clone(),
-                        status: match c.status.as_str() {
-                            "True" => sdk::ConditionStatus::True,
-                            "False" => sdk::ConditionStatus::False,
-                            _ => sdk::ConditionStatus::Unknown,
-                        },
-                        reason: c.reason.clone(),
-                        since: ms(&c.last_transition_time),
-                    })
-                })
-                .collect(),
+            previous_conditions: crate::conditions::previous_conditions(&status.conditions),
         },
         now: now.as_millisecond(),
         settings: cluster
