@@ -168,6 +168,8 @@ fn engine_config(limits: &Limits) -> Config {
         .max_core_instances_per_component(16)
         .max_memories_per_component(2)
         .max_tables_per_component(8)
+        // keep_resident (memset instead of madvise on slot reuse) was
+        // measured slower here at 1 MiB; see docs/benchmarks.md.
         .max_memory_size(memory as usize);
 
     let mut config = Config::new();
