@@ -94,8 +94,9 @@ pub async fn probe_cluster(
 }
 
 /// Answering endpoints, best first: the leader named by the highest term,
-/// then voters that know a leader, then other voters, then learners
-/// (which serve no linearizable reads).
+/// then voters that follow it, then other voters (a stale or no leader:
+/// likely cut off), then learners (which serve neither MemberList nor
+/// linearizable reads in etcd 3.5).
 fn by_preference<'a>(answered: &[(&'a ProbeTarget, StatusInfo)]) -> Vec<&'a str> {
     let leader = answered
         .iter()
@@ -109,7 +110,7 @@ fn by_preference<'a>(answered: &[(&'a ProbeTarget, StatusInfo)]) -> Vec<&'a str>
                 0
             } else if s.is_learner {
                 3
-            } else if s.leader_id != 0 {
+            } else if s.leader_id != 0 && Some(s.leader_id) == leader {
                 1
             } else {
                 2
@@ -175,5 +176,58 @@ async fn bounded<T>(
             ProbeErrorKind::Timeout,
             "no answer within the probe deadline",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(
+        member: &str,
+        id: u64,
+        leader: u64,
+        term: u64,
+        learner: bool,
+    ) -> (ProbeTarget, StatusInfo) {
+        (
+            ProbeTarget {
+                member: member.into(),
+                endpoint: format!("http://{member}:2379"),
+            },
+            StatusInfo {
+                member_id: id,
+                leader_id: leader,
+                raft_term: term,
+                is_learner: learner,
+                ..StatusInfo::default()
+            },
+        )
+    }
+
+    #[test]
+    fn the_leader_of_the_newest_term_comes_first_and_learners_last() {
+        // "b" still believes in the old leader "a" (term 2); "c" and "d"
+        // have seen "c" elected in term 3.
+        let owned = [
+            answered("e", 5, 3, 3, true),
+            answered("a", 1, 0, 2, false),
+            answered("b", 2, 1, 2, false),
+            answered("c", 3, 3, 3, false),
+            answered("d", 4, 3, 3, false),
+        ];
+        let refs: Vec<(&ProbeTarget, StatusInfo)> =
+            owned.iter().map(|(t, s)| (t, s.clone())).collect();
+        let order: Vec<&str> = by_preference(&refs);
+        assert_eq!(
+            order,
+            [
+                "http://c:2379",
+                "http://d:2379",
+                "http://a:2379",
+                "http://b:2379",
+                "http://e:2379"
+            ]
+        );
     }
 }

@@ -67,8 +67,22 @@ impl EtcdProcess {
         peer: SocketAddr,
         extra_args: &[&str],
     ) -> Self {
+        Self::spawn_with_scheme("http", name, ip, initial_cluster, state, peer, extra_args)
+    }
+
+    /// As [`EtcdProcess::spawn`], serving clients over `scheme` ("https"
+    /// needs `--cert-file`/`--key-file` in `extra_args`).
+    pub fn spawn_with_scheme(
+        scheme: &str,
+        name: &str,
+        ip: Ipv4Addr,
+        initial_cluster: &str,
+        state: &str,
+        peer: SocketAddr,
+        extra_args: &[&str],
+    ) -> Self {
         let client = free_addr(ip);
-        let client_url = format!("http://{client}");
+        let client_url = format!("{scheme}://{client}");
         let peer_url = format!("http://{peer}");
         let data_dir = tempfile::Builder::new()
             .prefix("etcd-steward-test-")
