@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, quorum};
 
 use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium};
-use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::controller::{Context, Error};
 use crate::observe::{ProbeTarget, probe_cluster};
 use crate::reconcile::observe::cluster_members;
 use crate::reconcile::pod_facts::pod_facts;
@@ -183,19 +183,13 @@ async fn write_member_status(
     };
     let api: Api<EtcdMember> =
         Api::namespaced(ctx.client.clone(), &member.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": EtcdMember::api_version(&()),
-        "kind": EtcdMember::kind(&()),
-        "metadata": {"name": name},
-        "status": new,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::StatusWrite)?;
+    // A merge patch of the whole status: the operator owns all of it, and
+    // its lists (members, conditions) must be replaced, never merged, so a
+    // removed member leaves the summary.
+    let patch = serde_json::json!({ "status": new });
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::StatusWrite)?;
     Ok(())
 }
 

@@ -94,6 +94,22 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
     match step {
         Step::Idle | Step::Wait(_) => Ok(()),
         Step::CreateSeed => {
+            // The cache may not show a seed created a moment ago; two seeds
+            // would be two clusters. Ask the API server itself.
+            let existing = members
+                .list(&kube::api::ListParams::default().labels(&format!(
+                    "{}={}",
+                    resources::LABEL_INSTANCE,
+                    cluster.name_any()
+                )))
+                .await?;
+            if existing
+                .items
+                .iter()
+                .any(|m| m.spec.cluster == cluster.name_any())
+            {
+                return Ok(());
+            }
             let name = ctx.new_member_name(cluster);
             let initial = resources::seed_initial_cluster(&name, &cluster.name_any(), &ns);
             let member = resources::etcd_member(cluster, &name, &initial, true)?;

@@ -147,19 +147,13 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     let status = next_status(&evaluated, ctx);
 
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = serde_json::json!({
-        "apiVersion": EtcdCluster::api_version(&()),
-        "kind": EtcdCluster::kind(&()),
-        "metadata": {"name": name, "namespace": ns},
-        "status": status,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::StatusWrite)?;
+    // A merge patch of the whole status: the operator owns all of it, and
+    // its lists (members, conditions) must be replaced, never merged, so a
+    // removed member leaves the summary.
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::StatusWrite)?;
 
     // The PDB belongs with the status: both describe what the cluster can
     // tolerate right now, so it must never go stale when etcd is down.
