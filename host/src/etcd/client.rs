@@ -240,7 +240,37 @@ fn with_earlier(mut last: RpcError, earlier: &[RpcError]) -> RpcError {
 
 fn rpc_error(rpc: Rpc, endpoint: &str, err: &etcd_client::Error) -> RpcError {
     let (kind, message) = classify(err);
+    let (kind, message) = refine_for_tls(endpoint, err, kind, message);
     RpcError::new(rpc, redact(endpoint), kind, message)
+}
+
+/// A plaintext etcd answers a TLS ClientHello with an HTTP/1 400 and closes
+/// while the hello is still unread, so the kernel may send a reset that
+/// overtakes the 400. Which one the client sees first is a race; both mean
+/// the handshake never completed. A reset on an https endpoint before any
+/// gRPC status came back is therefore a TLS fault, said as such.
+fn refine_for_tls(
+    endpoint: &str,
+    err: &etcd_client::Error,
+    kind: ProbeErrorKind,
+    message: String,
+) -> (ProbeErrorKind, String) {
+    // tonic says "transport error" for a failure of the connection itself,
+    // as opposed to a status the server sent.
+    let text = message.to_ascii_lowercase();
+    let before_any_answer =
+        matches!(err, etcd_client::Error::TransportError(_)) || text.contains("transport error");
+    let reset = text.contains("connection reset");
+    if kind == ProbeErrorKind::Other
+        && endpoint.starts_with("https://")
+        && before_any_answer
+        && reset
+    {
+        let message =
+            format!("TLS handshake did not complete (is the member serving TLS?): {message}");
+        return (ProbeErrorKind::Tls, message);
+    }
+    (kind, message)
 }
 
 fn members(list: &[etcd_client::Member]) -> Vec<EtcdMember> {
