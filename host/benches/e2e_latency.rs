@@ -13,6 +13,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -90,7 +91,46 @@ fn main() {
             .await;
         }
 
+        // Whole reconciles (observe, evaluate, write status, act) of a
+        // cluster none of whose members answers, called directly on a
+        // second Context so each one is timed alone. The running operator
+        // keeps reconciling too, as it would in production.
+        env.create_cluster("seven", 7).await;
+        env.wait_available("seven", 7).await;
+        let ctx = etcd_steward::cli::run::Operator::new(run_args())
+            .context(env.client.clone())
+            .await
+            .expect("a second context starts");
+        let mut unreachable = Vec::new();
+        for (cluster, members) in [("bench", 3), ("seven", 7)] {
+            let names = env.member_names(cluster).await;
+            assert_eq!(names.len(), members);
+            for n in &names {
+                env.plane.kubelet().freeze(NS, n).await.unwrap();
+            }
+            let mut took = Vec::new();
+            for _ in 0..ROUNDS {
+                let current = env.clusters().get(cluster).await.unwrap();
+                let t0 = Instant::now();
+                etcd_steward::reconcile::reconcile_cluster(Arc::new(current), ctx.clone())
+                    .await
+                    .expect("the reconcile writes status");
+                took.push(t0.elapsed());
+                let after = env.clusters().get(cluster).await.unwrap();
+                assert_eq!(condition(&after, "Available"), Some("False"));
+            }
+            unreachable.push((members, took));
+            for n in &names {
+                env.plane.kubelet().thaw(NS, n).await.unwrap();
+            }
+            env.wait_available(cluster, members as i32).await;
+        }
+        drop(ctx);
+
         println!("resync 2 s, probe deadline 2 s (the defaults) (support::run_args)");
+        for (members, took) in unreachable {
+            stats(&format!("reconcile, {members} members, all frozen"), took);
+        }
         stats("detection: every member stops gracefully", incident);
         stats("detection: every member frozen (SIGSTOP)", frozen);
         stats("scale 3 -> 5 (Available with 5 ready)", scale);
