@@ -52,11 +52,13 @@ fn main() {
 
     for path in [
         "wit",
+        "Cargo.toml",
         "Cargo.lock",
         "policies/sdk/src",
         "policies/sdk/Cargo.toml",
         "policies/default/src",
         "policies/default/Cargo.toml",
+        "policies/default/build.rs",
         "policies/chaos/src",
         "policies/chaos/Cargo.toml",
     ] {

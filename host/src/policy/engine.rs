@@ -153,6 +153,10 @@ impl Loader {
     }
 }
 
+/// Bytes of each memory and table slot reset by memset rather than madvise;
+/// measured best among 128/192/256/320/512 KiB (docs/benchmarks.md).
+const KEEP_RESIDENT: usize = 256 << 10;
+
 fn engine_config(limits: &Limits) -> Config {
     let memory = (limits.memory_bytes as u64).next_multiple_of(64 << 10);
     let slots = limits.concurrent_evaluations.max(1);
@@ -168,8 +172,14 @@ fn engine_config(limits: &Limits) -> Config {
         .max_core_instances_per_component(16)
         .max_memories_per_component(2)
         .max_tables_per_component(8)
-        // keep_resident (memset instead of madvise on slot reuse) was
-        // measured slower here at 1 MiB; see docs/benchmarks.md.
+        // On slot reuse, memset the first KEEP_RESIDENT bytes instead of
+        // madvising them away. madvise costs a syscall with a TLB shootdown,
+        // and every page the next evaluation touches faults back in; that was
+        // over half of an evaluation's time. The default policy is linked
+        // with a 128 KiB stack so what one evaluation touches fits in here.
+        // Pages beyond it are still decommitted, so isolation is unchanged.
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(KEEP_RESIDENT)
         .max_memory_size(memory as usize);
 
     let mut config = Config::new();
