@@ -175,7 +175,7 @@ fn engine_config(limits: &Limits) -> Config {
         // On slot reuse, memset the first KEEP_RESIDENT bytes instead of
         // madvising them away. madvise costs a syscall with a TLB shootdown,
         // and every page the next evaluation touches faults back in; that was
-        // over half of an evaluation's time. The default policy is linked
+        // 44 % of an evaluation's time. The default policy is linked
         // with a 128 KiB stack so what one evaluation touches fits in here.
         // Pages beyond it are still decommitted, so isolation is unchanged.
         .linear_memory_keep_resident(KEEP_RESIDENT)
