@@ -67,6 +67,13 @@ pub struct OperatorConfig {
     pub busy_resync: Duration,
     /// Raft entries a learner may trail the leader by and still be promoted.
     pub promote_max_lag: u64,
+    /// Consecutive Pod failures after which a member is replaced (0: never).
+    pub crash_loop_threshold: u32,
+    /// Wait before recreating a Pod that failed again: this, doubling per
+    /// consecutive failure, up to `max_recreate_backoff`. The first failure
+    /// is recreated at once (the anchor's #368 outage must close fast).
+    pub recreate_backoff: Duration,
+    pub max_recreate_backoff: Duration,
 }
 
 impl Default for OperatorConfig {
@@ -77,6 +84,9 @@ impl Default for OperatorConfig {
             resync: Duration::from_secs(2),
             busy_resync: Duration::from_secs(1),
             promote_max_lag: 32,
+            crash_loop_threshold: 5,
+            recreate_backoff: Duration::from_secs(1),
+            max_recreate_backoff: Duration::from_secs(60),
         }
     }
 }

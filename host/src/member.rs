@@ -11,13 +11,13 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use steward_policy_sdk::{self as sdk, quorum};
+use steward_policy_sdk::{self as sdk, ConditionStatus, quorum};
 
-use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium};
-use crate::controller::{Context, Error};
+use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium, WholeStatus};
+use crate::controller::{Context, Error, OperatorConfig};
 use crate::observe::{ProbeTarget, probe_cluster};
 use crate::reconcile::observe::cluster_members;
-use crate::reconcile::pod_facts::pod_facts;
+use crate::reconcile::pod_facts::{PodFacts, pod_facts};
 use crate::resources;
 
 pub const FINALIZER: &str = "etcd.steward.dev/member-remove";
@@ -63,9 +63,19 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
         }
     }
 
+    // The status counts failures across reconciles; the watch cache may
+    // not show this controller's own last write yet, so read it fresh.
+    let member = Arc::new(
+        Api::<EtcdMember>::namespaced(ctx.client.clone(), &ns)
+            .get(&name)
+            .await
+            .map_err(Error::Kube)?,
+    );
+    let failures = member.status.as_ref().map_or(0, |s| s.consecutive_failures);
     let pod = ctx.stores.pods.get(&ObjectRef::new(&name).within(&ns));
     let facts = pod_facts(pod.as_deref());
-    let mut recreated = false;
+    let mut recreated = None;
+    let mut next = Duration::from_secs(10);
     match pod.as_deref() {
         Some(p) if member.spec.dormant && p.metadata.deletion_timestamp.is_none() => {
             pods.delete(&name, &DeleteParams::default())
@@ -73,23 +83,46 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
                 .map_err(Error::Kube)?;
         }
         // A Pod that ran to completion is never coming back by itself (the
-        // anchor's #368): replace it on the same PVC, keeping the data.
+        // anchor's #368): replace it on the same PVC, keeping the data. One
+        // that keeps failing is recreated ever more slowly, as a kubelet
+        // backs off a crashing container; the cluster replaces it at the
+        // crash-loop threshold.
         Some(p) if facts.is_terminal() && p.metadata.deletion_timestamp.is_none() => {
-            let ev = KubeEvent {
-                type_: KubeEventType::Normal,
-                reason: "RecreatingPod".into(),
-                note: Some(format!(
-                    "pod {name} reached phase {:?}; recreating it on the same volume",
-                    facts.phase
-                )),
-                action: "RecreatePod".into(),
-                secondary: None,
-            };
-            let _ = ctx.recorder.publish(&ev, &member.object_ref(&())).await;
-            pods.delete(&name, &DeleteParams::default())
-                .await
-                .map_err(Error::Kube)?;
-            recreated = true;
+            let wait = recreate_wait(&facts, failures, jiff::Timestamp::now(), &ctx.config);
+            if wait.is_zero() {
+                let failed = facts.counts_as_failure();
+                let ev = KubeEvent {
+                    type_: if failed {
+                        KubeEventType::Warning
+                    } else {
+                        KubeEventType::Normal
+                    },
+                    reason: "RecreatingPod".into(),
+                    note: Some(format!(
+                        "pod {name} reached phase {:?}{}; recreating it on the same volume{}",
+                        facts.phase,
+                        facts
+                            .last_termination
+                            .as_ref()
+                            .map(|t| format!(" ({}, exit code {})", t.reason, t.exit_code))
+                            .unwrap_or_default(),
+                        if failed {
+                            format!(" (failure {} in a row)", failures + 1)
+                        } else {
+                            String::new()
+                        }
+                    )),
+                    action: "RecreatePod".into(),
+                    secondary: None,
+                };
+                let _ = ctx.recorder.publish(&ev, &member.object_ref(&())).await;
+                pods.delete(&name, &DeleteParams::default())
+                    .await
+                    .map_err(Error::Kube)?;
+                recreated = Some(failed);
+            } else {
+                next = wait;
+            }
         }
         // The PDB counts voter Pods by label; a promoted learner's Pod
         // must say so.
@@ -119,7 +152,36 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
     }
 
     write_member_status(&member, &cluster, pod.as_deref(), recreated, ctx).await?;
-    Ok(Action::requeue(Duration::from_secs(10)))
+    Ok(Action::requeue(next))
+}
+
+/// The wait before recreating after `failures` consecutive failures: none
+/// after the first, then the base doubling up to the cap.
+pub fn recreate_backoff(failures: u32, config: &OperatorConfig) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
+    config
+        .recreate_backoff
+        .saturating_mul(factor)
+        .min(config.max_recreate_backoff)
+}
+
+/// How much longer a terminated Pod waits before it is recreated, counted
+/// from when its container finished (zero: recreate now).
+pub fn recreate_wait(
+    facts: &PodFacts,
+    failures: u32,
+    now: jiff::Timestamp,
+    config: &OperatorConfig,
+) -> Duration {
+    let backoff = recreate_backoff(failures, config);
+    let Some(finished) = facts.last_termination.as_ref().and_then(|t| t.finished_at) else {
+        return Duration::ZERO;
+    };
+    let elapsed = Duration::from_millis((now.as_millisecond() - finished).max(0) as u64);
+    backoff.saturating_sub(elapsed)
 }
 
 /// The role label etcd's last word calls for: None until etcd confirmed
@@ -142,7 +204,8 @@ async fn write_member_status(
     member: &EtcdMember,
     cluster: &EtcdCluster,
     pod: Option<&Pod>,
-    recreated: bool,
+    // Some(failed) when this reconcile deleted a terminated Pod to recreate it.
+    recreated: Option<bool>,
     ctx: &Context,
 ) -> Result<(), Error> {
     let name = member.name_any();
@@ -172,7 +235,15 @@ async fn write_member_status(
         is_voter: summary.is_none_or(|s| matches!(s.role, crate::api::MemberRole::Voter)),
         pvc_name: (!matches!(member.spec.storage.medium, StorageMedium::Memory))
             .then(|| resources::pvc_name(&name)),
-        pod_restarts: prev.pod_restarts + u32::from(recreated),
+        pod_restarts: prev.pod_restarts + u32::from(recreated.is_some()),
+        // Ready (Pod Ready and confirmed by etcd) ends a crash loop.
+        consecutive_failures: if desired.iter().any(|c| {
+            c.type_ == crate::api::member_condition::READY && c.status == ConditionStatus::True
+        }) {
+            0
+        } else {
+            prev.consecutive_failures + u32::from(recreated == Some(true))
+        },
         version: prev.version.clone(),
         conditions: crate::conditions::merge(
             &prev.conditions,
@@ -183,13 +254,14 @@ async fn write_member_status(
     };
     let api: Api<EtcdMember> =
         Api::namespaced(ctx.client.clone(), &member.namespace().unwrap_or_default());
-    // A merge patch of the whole status: the operator owns all of it, and
-    // its lists (members, conditions) must be replaced, never merged, so a
-    // removed member leaves the summary.
-    let patch = serde_json::json!({ "status": new });
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(Error::StatusWrite)?;
+    // The whole status, lists replaced and emptied fields cleared.
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(new.merge_patch()),
+    )
+    .await
+    .map_err(Error::StatusWrite)?;
     Ok(())
 }
 
@@ -338,6 +410,50 @@ mod tests {
             ),
             quorum_read: sdk::QuorumReadOutcome::Succeeded,
         }
+    }
+
+    fn failed(reason: &str, finished_at: i64) -> PodFacts {
+        PodFacts {
+            phase: sdk::PodPhase::Failed,
+            last_termination: Some(sdk::Termination {
+                reason: reason.into(),
+                exit_code: 2,
+                finished_at: Some(finished_at),
+            }),
+            ..PodFacts::default()
+        }
+    }
+
+    #[test]
+    fn failures_count_towards_a_crash_loop_but_oom_kills_and_clean_stops_do_not() {
+        assert!(failed("Error", 0).counts_as_failure());
+        assert!(!failed("OOMKilled", 0).counts_as_failure());
+        let stopped = PodFacts {
+            phase: sdk::PodPhase::Succeeded,
+            ..failed("Completed", 0)
+        };
+        assert!(!stopped.counts_as_failure());
+    }
+
+    #[test]
+    fn the_first_failure_is_recreated_at_once_and_later_ones_back_off() {
+        let config = OperatorConfig::default();
+        let secs = |n| recreate_backoff(n, &config).as_secs();
+        assert_eq!(
+            (0..9).map(secs).collect::<Vec<_>>(),
+            [0, 1, 2, 4, 8, 16, 32, 60, 60]
+        );
+        assert_eq!(secs(u32::MAX), 60);
+
+        let finished = 1_000_000;
+        let at = |ms| jiff::Timestamp::from_millisecond(finished + ms).unwrap();
+        let pod = failed("Error", finished);
+        assert_eq!(recreate_wait(&pod, 0, at(0), &config), Duration::ZERO);
+        assert_eq!(
+            recreate_wait(&pod, 3, at(1_500), &config),
+            Duration::from_millis(2_500)
+        );
+        assert_eq!(recreate_wait(&pod, 3, at(4_000), &config), Duration::ZERO);
     }
 
     const FIVE: [(u64, &str, bool); 5] = [

@@ -33,6 +33,31 @@ async fn healthy_three(env: &Env, name: &str) -> String {
     endpoints
 }
 
+/// Polls a Pod until `pred` holds.
+async fn wait_pod(
+    env: &Env,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
+) {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.client.clone(), NS);
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(p) = pods.get_opt(name).await.unwrap()
+            && p.metadata.deletion_timestamp.is_none()
+            && pred(&p)
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "pod {name} never became {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 fn voters(member_list: &str) -> usize {
     member_list
         .lines()
@@ -136,22 +161,128 @@ fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
         })
         .await;
 
-        // Two of three silenced. Killed processes are replaced by the
-        // operator itself within about a second (their Pods go Failed and are
-        // recreated), which can close the outage before a probe sees it, so
-        // the two are frozen instead: they stay down until thawed.
+        // Two of three killed. The operator recreates their Pods at once
+        // (they go Failed), and a restarted etcd could rejoin before any
+        // probe looks; so the node holds the new Pods back (as a hung image
+        // pull or volume attach would) and the outage lasts until released.
+        let kubelet = env.plane.kubelet();
         let watch = env.watch("kills").await;
-        env.plane.kubelet().freeze(NS, &names[1]).await.unwrap();
-        env.plane.kubelet().freeze(NS, &names[2]).await.unwrap();
+        for n in &names[1..] {
+            kubelet.hold_starts(NS, n);
+        }
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let mut killed_uids = Vec::new();
+        for n in &names[1..] {
+            killed_uids.push(pods.get(n).await.unwrap().metadata.uid.unwrap());
+            kubelet.kill(NS, n).await.unwrap();
+        }
         let c = watch
             .until("Available=False with two of three down", |c| {
                 condition(c, "Available") == Some("False")
             })
             .await;
         assert_eq!(condition_reason(&c, "Available"), Some("QuorumLost"));
-        env.plane.kubelet().thaw(NS, &names[1]).await.unwrap();
-        env.plane.kubelet().thaw(NS, &names[2]).await.unwrap();
+        assert!(ready_members(&c) <= 1, "{:?}", c.status);
+        assert_eq!(condition(&c, "Degraded"), Some("True"));
+        // The operator did its part: both Pods were recreated (and held).
+        for n in &names[1..] {
+            wait_pod(&env, n, "recreated and Pending", |p| {
+                !killed_uids.contains(p.metadata.uid.as_ref().unwrap())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+            })
+            .await;
+        }
+        for n in &names[1..] {
+            kubelet.release_starts(NS, n);
+        }
         env.wait_available("kills", 3).await;
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn a_member_that_keeps_crashing_is_replaced_while_the_others_hold_quorum() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let endpoints = healthy_three(&env, "heal").await;
+        let names = env.member_names("heal").await;
+        let list = env.etcdctl(&endpoints, &["member", "list"]).await;
+        // A non-seed member: its etcd will find garbage where its data was.
+        let seed = env
+            .members()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|m| m.spec.bootstrap)
+            .unwrap()
+            .metadata
+            .name
+            .unwrap();
+        let victim = names.iter().find(|n| **n != seed).unwrap().clone();
+        let claim = format!("data-{victim}");
+        assert!(list.contains(&victim), "{list}");
+
+        // Kill it, keep its recreated Pod from starting, and corrupt the
+        // volume meanwhile: from now on etcd fails at every start.
+        let kubelet = env.plane.kubelet();
+        kubelet.hold_starts(NS, &victim);
+        kubelet.kill(NS, &victim).await.unwrap();
+        wait_pod(&env, &victim, "recreated and Pending", |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+        })
+        .await;
+        kubelet.wipe_claim(NS, &claim).unwrap();
+        for dir in kubelet.claim_dirs(NS, &claim) {
+            std::fs::write(dir.join("member"), b"not an etcd data directory").unwrap();
+        }
+        kubelet.release_starts(NS, &victim);
+
+        // The operator replaces it: MemberRemove, a fresh learner on a new
+        // volume, promotion. The cluster never lost quorum meanwhile.
+        let c = env
+            .wait_for("heal", "the crash-looping member replaced", |c| {
+                condition(c, "Available") == Some("True")
+                    && ready_members(c) == 3
+                    && c.status.as_ref().is_some_and(|s| {
+                        s.members.len() == 3
+                            && !s.members.iter().any(|m| m.name == victim)
+                            && s.broken_members.is_empty()
+                    })
+            })
+            .await;
+        assert_eq!(condition(&c, "Degraded"), Some("False"));
+        let now = env.member_names("heal").await;
+        assert!(!now.contains(&victim), "{now:?}");
+        let all = env.endpoints("heal").await;
+        let list = env.etcdctl(&all, &["member", "list"]).await;
+        assert_eq!(voters(&list), 3, "{list}");
+        assert!(
+            !list.contains(&victim),
+            "etcd still lists {victim}:\n{list}"
+        );
+        let got = env
+            .etcdctl(&all, &["get", "/steward/e2e", "--print-value-only"])
+            .await;
+        assert_eq!(got.trim(), "kept");
+        let pvcs: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(env.client.clone(), NS);
+        assert!(
+            pvcs.get_opt(&claim).await.unwrap().is_none(),
+            "the broken member's volume went with it"
+        );
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let events = events.list(&Default::default()).await.unwrap().items;
+        assert!(
+            events.iter().any(|e| e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("ReplacingMember")
+                && e.note.as_deref().is_some_and(|n| n.contains(&victim))),
+            "a Warning Event names the replaced member"
+        );
         env.shutdown().await;
     });
 }

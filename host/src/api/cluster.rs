@@ -404,8 +404,11 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_token: Option<String>,
 
-    /// The target being worked towards. Adopted from spec only once the
-    /// previous target is reached or its deadline has passed.
+    /// The target being worked towards: the spec's replicas, version,
+    /// storage and resources. Each step is planned against the current
+    /// spec (one membership change at a time), so a spec changed mid-way
+    /// redirects the next step; a changed target restarts the progress
+    /// deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<ObservedClusterSpec>,
 
@@ -426,6 +429,12 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub members: Vec<MemberSummary>,
+
+    /// Members in a crash loop: their Pod failed `--crash-loop-threshold`
+    /// times in a row without becoming Ready. Each is replaced once the
+    /// other voters hold quorum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub broken_members: Vec<String>,
 
     /// The error of the last membership action, until one succeeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]

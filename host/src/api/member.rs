@@ -104,10 +104,17 @@ pub struct EtcdMemberStatus {
     pub pvc_name: Option<String>,
     /// Times the operator recreated this member's Pod after it terminated.
     /// Pods run with `restartPolicy: Never`, so the kubelet's restart count
-    /// stays 0; this is the count crash-loop self-heal goes by.
+    /// stays 0.
     #[serde(default)]
     #[schemars(extend("format" = "int32"))]
     pub pod_restarts: u32,
+    /// Pod failures (phase Failed, OOM kills not counted) since the member
+    /// was last Ready. Each recreation waits longer (1 s doubling to 60 s);
+    /// at the operator's `--crash-loop-threshold` the cluster replaces the
+    /// member, once the others hold quorum.
+    #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
+    pub consecutive_failures: u32,
     /// The version etcd itself reports for this member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,

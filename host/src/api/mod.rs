@@ -4,11 +4,13 @@
 mod cluster;
 mod member;
 mod schema;
+mod status_patch;
 #[cfg(test)]
 mod validation_tests;
 
 pub use cluster::*;
 pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus, condition as member_condition};
+pub use status_patch::WholeStatus;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

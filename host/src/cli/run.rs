@@ -39,6 +39,11 @@ pub struct RunArgs {
     /// Where to serve /metrics and /healthz (empty: don't).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
+    /// Replace a member whose Pod failed this many times in a row without
+    /// becoming Ready (OOM kills not counted), once the others hold quorum.
+    /// 0 turns crash-loop self-heal off.
+    #[arg(long, default_value_t = 5)]
+    pub crash_loop_threshold: u32,
 }
 
 impl RunArgs {
@@ -48,6 +53,7 @@ impl RunArgs {
             probe_deadline: Duration::from_millis(self.probe_deadline_ms),
             resync: Duration::from_millis(self.resync_ms),
             busy_resync: Duration::from_millis(self.resync_ms.min(1000)),
+            crash_loop_threshold: self.crash_loop_threshold,
             ..OperatorConfig::default()
         }
     }

@@ -23,9 +23,7 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
 
     let result = async {
         ensure_services(cluster, ctx).await?;
-        let facts = e
-            .observed
-            .plan_facts(e.verdict.verified, ctx.config.promote_max_lag);
+        let facts = e.observed.plan_facts(e.verdict.verified, &ctx.config);
         let step = plan(&facts);
         if step.changes_membership() {
             tracing::info!(cluster = %cluster.name_any(), ?step, "membership step");
@@ -134,8 +132,12 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
             let peer = resources::member_peer_url(name, &cluster.name_any(), &ns);
             let initial = initial_cluster(listed, name, &peer);
             let member = resources::etcd_member(cluster, name, &initial, false)?;
-            members.create(&PostParams::default(), &member).await?;
-            Ok(())
+            match members.create(&PostParams::default(), &member).await {
+                // The watch cache lagged behind an AddLearner that created
+                // it a moment ago: the object this step wanted exists.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                other => other.map(drop).map_err(Into::into),
+            }
         }
         Step::Promote { id, .. } => {
             ctx.etcd
@@ -145,6 +147,21 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
         }
         Step::Remove { name } => {
             // The member's finalizer runs MemberRemove, after verifying quorum.
+            members.delete(name, &Default::default()).await?;
+            Ok(())
+        }
+        Step::Replace { name, failures } => {
+            let ev = KubeEvent {
+                type_: KubeEventType::Warning,
+                reason: "ReplacingMember".into(),
+                note: Some(format!(
+                    "member {name} failed {failures} times in a row without becoming Ready; \
+                     removing it from etcd and adding a fresh member with an empty volume"
+                )),
+                action: "ReplaceMember".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
             members.delete(name, &Default::default()).await?;
             Ok(())
         }

@@ -14,7 +14,7 @@ use steward_policy_sdk as sdk;
 use super::plan::{Facts, MemberFacts};
 use super::pod_facts::{PodFacts, ms, pod_facts};
 use crate::api::{EtcdCluster, EtcdMember, MemberRole as ApiRole};
-use crate::controller::Context;
+use crate::controller::{Context, OperatorConfig};
 use crate::observe::{ProbeTarget, probe_cluster};
 use crate::resources;
 
@@ -28,6 +28,20 @@ pub struct MemberView {
 impl MemberView {
     pub fn name(&self) -> String {
         self.object.name_any()
+    }
+
+    /// Consecutive Pod failures: those the member controller counted when it
+    /// recreated a failed Pod, plus the current Pod if it failed and waits
+    /// (backing off) to be recreated, so a crash loop is acted on at the
+    /// threshold rather than one more start later.
+    pub fn failures(&self) -> u32 {
+        let counted = self
+            .object
+            .status
+            .as_ref()
+            .map_or(0, |s| s.consecutive_failures);
+        let pending = !self.pod.deleting && self.pod.counts_as_failure();
+        counted + u32::from(pending)
     }
 }
 
@@ -77,7 +91,7 @@ impl Observed {
     }
 
     /// The facts the membership planner decides on.
-    pub fn plan_facts(&self, quorum_verified: bool, promote_max_lag: u64) -> Facts {
+    pub fn plan_facts(&self, quorum_verified: bool, config: &OperatorConfig) -> Facts {
         Facts {
             desired: self.cluster.spec.replicas.max(0) as u32,
             deleting: self.cluster.metadata.deletion_timestamp.is_some(),
@@ -91,6 +105,7 @@ impl Observed {
                     created_ms: m.object.metadata.creation_timestamp.as_ref().map_or(0, ms),
                     dormant: m.object.spec.dormant,
                     deleting: m.object.metadata.deletion_timestamp.is_some(),
+                    failures: m.failures(),
                 })
                 .collect(),
             etcd_members: self.listed_members().map(<[_]>::to_vec),
@@ -100,7 +115,8 @@ impl Observed {
                 .map(|s| (s.member_id, s.raft_index))
                 .collect(),
             leader_id: self.leader_id(),
-            promote_max_lag,
+            promote_max_lag: config.promote_max_lag,
+            crash_loop_threshold: config.crash_loop_threshold,
         }
     }
 }

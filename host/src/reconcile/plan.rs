@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use steward_policy_sdk::EtcdMember as EtcdListed;
+use steward_policy_sdk::{EtcdMember as EtcdListed, quorum};
 
 /// What the planner knows about one EtcdMember object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +18,8 @@ pub struct MemberFacts {
     pub created_ms: i64,
     pub dormant: bool,
     pub deleting: bool,
+    /// Consecutive Pod failures without becoming Ready.
+    pub failures: u32,
 }
 
 /// Everything the planner needs, gathered by the observe stage.
@@ -36,6 +38,22 @@ pub struct Facts {
     pub leader_id: Option<u64>,
     /// How far behind the leader a learner may be and still count as caught up.
     pub promote_max_lag: u64,
+    /// Failures in a row that make a member crash-looping (0: never).
+    pub crash_loop_threshold: u32,
+}
+
+impl Facts {
+    /// Members in a crash loop, oldest first.
+    pub fn crash_looping<'a>(&'a self) -> impl Iterator<Item = &'a MemberFacts> + 'a {
+        self.members.iter().filter(|m| {
+            !m.dormant && !m.deleting && is_crash_looping(m.failures, self.crash_loop_threshold)
+        })
+    }
+}
+
+/// `failures` in a row reach the threshold (0 turns self-heal off).
+pub fn is_crash_looping(failures: u32, threshold: u32) -> bool {
+    threshold > 0 && failures >= threshold
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +73,10 @@ pub enum Step {
     Promote { name: String, id: u64 },
     /// Delete this EtcdMember; its finalizer runs MemberRemove.
     Remove { name: String },
+    /// The member's Pod keeps failing: remove it like a scale-down (its
+    /// finalizer runs MemberRemove, its PVC goes with it); a fresh member
+    /// is added by the next reconciles.
+    Replace { name: String, failures: u32 },
     /// replicas went to 0: keep the last member and its PVC, stop its Pod.
     MakeDormant { name: String },
     /// replicas went above 0 again: restart the dormant member.
@@ -152,6 +174,12 @@ pub fn plan(f: &Facts) -> Step {
         ));
     }
 
+    // Before promoting or adding: a crash-looping learner would never
+    // catch up, and a crash-looping voter is a lost vote.
+    if let Some(broken) = f.crash_looping().next() {
+        return replace(broken, listed, f);
+    }
+
     if let Some(learner) = listed.iter().find(|m| m.is_learner) {
         let name = listed_name(learner).unwrap_or_default().to_owned();
         let leader_index = f.leader_id.and_then(|l| f.raft_index.get(&l)).copied();
@@ -178,6 +206,40 @@ pub fn plan(f: &Facts) -> Step {
             .unwrap_or_else(|| Step::Wait("no member can be removed safely".into()));
     }
     Step::Idle
+}
+
+/// Replace a crash-looping member, unless that would leave the voters
+/// without a quorum of the smaller cluster. The member's finalizer checks
+/// the same against etcd before MemberRemove; checking here too keeps a
+/// member from sitting half-deleted while quorum is short.
+fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts) -> Step {
+    let voters: Vec<u64> = listed
+        .iter()
+        .filter(|m| !m.is_learner)
+        .map(|m| m.id)
+        .collect();
+    let in_etcd = listed
+        .iter()
+        .find(|m| listed_name(m) == Some(broken.name.as_str()));
+    if let Some(m) = in_etcd.filter(|m| !m.is_learner) {
+        let answering_others = voters
+            .iter()
+            .filter(|&&id| id != m.id && f.raft_index.contains_key(&id))
+            .count();
+        let needed = quorum(voters.len() - 1);
+        if answering_others < needed {
+            return Step::Wait(format!(
+                "member {} failed {} times in a row; replacing it needs {needed} of the other {} voters answering, {answering_others} do",
+                broken.name,
+                broken.failures,
+                voters.len() - 1
+            ));
+        }
+    }
+    Step::Replace {
+        name: broken.name.clone(),
+        failures: broken.failures,
+    }
 }
 
 /// The newest member that is not the leader.
@@ -208,6 +270,7 @@ mod tests {
             created_ms,
             dormant: false,
             deleting: false,
+            failures: 0,
         }
     }
 
@@ -241,6 +304,7 @@ mod tests {
             raft_index: (1..=names.len() as u64).map(|id| (id, 100)).collect(),
             leader_id: Some(1),
             promote_max_lag: 0,
+            crash_loop_threshold: 5,
             ..Facts::default()
         }
     }
@@ -328,6 +392,67 @@ mod tests {
         let mut f = healthy(1, &["a"]);
         f.members[0].dormant = true;
         assert_eq!(plan(&f), Step::Wake { name: "a".into() });
+    }
+
+    #[test]
+    fn a_crash_looping_voter_is_replaced_while_the_others_hold_quorum() {
+        let mut f = healthy(3, &["a", "b", "c"]);
+        f.members[2].failures = 5;
+        f.raft_index.remove(&3);
+        assert_eq!(
+            plan(&f),
+            Step::Replace {
+                name: "c".into(),
+                failures: 5
+            }
+        );
+        // One failure short of the threshold: recreated, not replaced.
+        f.members[2].failures = 4;
+        assert_eq!(plan(&f), Step::Idle);
+        // Self-heal turned off.
+        f.members[2].failures = 50;
+        f.crash_loop_threshold = 0;
+        assert_eq!(plan(&f), Step::Idle);
+    }
+
+    #[test]
+    fn a_crash_looping_voter_that_quorum_rests_on_is_not_replaced() {
+        // b answers between crashes; with c down, a and b are the quorum.
+        let mut f = healthy(3, &["a", "b", "c"]);
+        f.members[1].failures = 7;
+        f.raft_index.remove(&3);
+        let step = plan(&f);
+        assert!(
+            matches!(&step, Step::Wait(m) if m.contains("b failed 7 times") && m.contains("1 do")),
+            "{step:?}"
+        );
+        f.quorum_verified = false;
+        assert!(!plan(&f).changes_membership());
+    }
+
+    #[test]
+    fn a_crash_looping_learner_is_replaced_before_any_promotion() {
+        let mut f = healthy(3, &["a", "b"]);
+        f.members.push(MemberFacts {
+            failures: 5,
+            ..member("c", 9)
+        });
+        f.etcd_members.as_mut().unwrap().push(listed(3, "c", true));
+        assert_eq!(
+            plan(&f),
+            Step::Replace {
+                name: "c".into(),
+                failures: 5
+            }
+        );
+    }
+
+    #[test]
+    fn scaling_down_removes_a_crash_looping_member_first() {
+        let mut f = healthy(3, &["a", "b", "c", "d"]);
+        f.members[1].failures = 5;
+        f.raft_index.remove(&2);
+        assert!(matches!(plan(&f), Step::Replace { name, .. } if name == "b"));
     }
 
     #[test]

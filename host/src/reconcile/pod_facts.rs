@@ -25,6 +25,17 @@ impl PodFacts {
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed)
     }
+
+    /// A terminated Pod counts towards a crash loop when it failed, unless
+    /// the kernel killed it for memory: more memory, not a new member,
+    /// fixes that.
+    pub fn counts_as_failure(&self) -> bool {
+        self.phase == PodPhase::Failed
+            && self
+                .last_termination
+                .as_ref()
+                .is_none_or(|t| t.reason != "OOMKilled")
+    }
 }
 
 pub fn ms(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> TimestampMs {

@@ -12,7 +12,10 @@ use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, EventType};
 
 use super::evaluate::Evaluated;
-use crate::api::{EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary, ObservedClusterSpec};
+use super::plan::is_crash_looping;
+use crate::api::{
+    EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary, ObservedClusterSpec, WholeStatus,
+};
 use crate::conditions::{self, Stall};
 use crate::controller::{Context, Error, FIELD_MANAGER};
 use crate::resources;
@@ -86,7 +89,11 @@ pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
         resources: cluster.spec.resources.clone(),
     };
     let target_changed = prev.observed.as_ref() != Some(&target);
-    let progress_deadline = if target_changed || prev.progress_deadline.is_none() {
+    // A deadline exists only while work is in flight; it starts with the
+    // work and restarts when the target moves.
+    let progress_deadline = if !is_moving(e.observed.observation.phase) {
+        None
+    } else if target_changed || prev.progress_deadline.is_none() {
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             now + jiff::SignedDuration::from_secs(
                 cluster.spec.progress_deadline_seconds.max(0) as i64
@@ -115,6 +122,13 @@ pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
         },
         policy: Some(e.policy.clone()),
         members,
+        broken_members: e
+            .observed
+            .members
+            .iter()
+            .filter(|m| is_crash_looping(m.failures(), ctx.config.crash_loop_threshold))
+            .map(|m| m.name())
+            .collect(),
         last_action_error: ctx.last_action_error(cluster),
         progress_deadline,
         conditions,
@@ -127,17 +141,21 @@ fn stall(e: &Evaluated, prev: &EtcdClusterStatus, now: jiff::Timestamp) -> Optio
     {
         return Some(Stall::PolicyUnloadable(p.message.clone()));
     }
-    let moving = matches!(
-        e.observed.observation.phase,
-        sdk::HostPhase::Bootstrapping | sdk::HostPhase::ScalingUp | sdk::HostPhase::ScalingDown
-    );
     let deadline = prev.progress_deadline.as_ref()?;
-    (moving && now > deadline.0).then(|| {
+    (is_moving(e.observed.observation.phase) && now > deadline.0).then(|| {
         Stall::ProgressDeadlineExceeded(format!(
             "the target (replicas {}) was not reached by {}",
             e.observed.cluster.spec.replicas, deadline.0
         ))
     })
+}
+
+/// Membership is changing towards the target.
+fn is_moving(phase: sdk::HostPhase) -> bool {
+    matches!(
+        phase,
+        sdk::HostPhase::Bootstrapping | sdk::HostPhase::ScalingUp | sdk::HostPhase::ScalingDown
+    )
 }
 
 pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten, Error> {
@@ -147,13 +165,14 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     let status = next_status(&evaluated, ctx);
 
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    // A merge patch of the whole status: the operator owns all of it, and
-    // its lists (members, conditions) must be replaced, never merged, so a
-    // removed member leaves the summary.
-    let patch = serde_json::json!({ "status": status });
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(Error::StatusWrite)?;
+    // The whole status, lists replaced and emptied fields cleared.
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(status.merge_patch()),
+    )
+    .await
+    .map_err(Error::StatusWrite)?;
 
     // The PDB belongs with the status: both describe what the cluster can
     // tolerate right now, so it must never go stale when etcd is down.

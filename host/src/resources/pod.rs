@@ -145,7 +145,21 @@ fn etcd_container(cx: &MemberContext<'_>, etcd_image: &str) -> Container {
 fn etcd_args(cx: &MemberContext<'_>) -> Vec<String> {
     let (member, cluster, ns) = (&cx.member_name, &cx.cluster_name, &cx.namespace);
     let spec = &cx.member.spec;
-    let state = if spec.bootstrap { "new" } else { "existing" };
+    // The seed starts a new cluster once. After the cluster ID is latched, a
+    // seed Pod recreated on a volume that lost its data must not bootstrap
+    // a second, empty cluster under the same identity: with "existing" and
+    // nobody else in its initial cluster it fails to start, and crash-loop
+    // self-heal replaces it with a member that joins the real cluster.
+    let latched = cx
+        .cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| s.cluster_id.is_some());
+    let state = if spec.bootstrap && !latched {
+        "new"
+    } else {
+        "existing"
+    };
     let mut args = vec![
         format!("--name={member}"),
         format!("--data-dir={DATA_DIR}"),
@@ -273,6 +287,21 @@ mod tests {
                 "--initial-cluster-state=new",
                 "--initial-cluster-token=main-uid-cluster",
             ]
+        );
+    }
+
+    #[test]
+    fn a_seed_pod_made_after_the_cluster_id_latched_never_starts_a_new_cluster() {
+        let mut cluster = fixtures::cluster(fixtures::spec());
+        cluster.status = Some(crate::api::EtcdClusterStatus {
+            cluster_id: Some("8e9e05c52164694d".into()),
+            ..Default::default()
+        });
+        let seed = fixtures::member("main-0", true);
+        let a = args(&member_pod(&cluster, &seed, IMAGE).unwrap());
+        assert!(
+            a.contains(&"--initial-cluster-state=existing".to_owned()),
+            "{a:?}"
         );
     }
 

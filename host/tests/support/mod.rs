@@ -41,6 +41,7 @@ pub fn run_args() -> RunArgs {
         policy_deadline_ms: 200,
         policy_memory_mib: 32,
         metrics_addr: String::new(),
+        crash_loop_threshold: 5,
     }
 }
 

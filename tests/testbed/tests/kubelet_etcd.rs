@@ -583,3 +583,51 @@ async fn a_pod_the_kubelet_cannot_run_says_why_and_can_still_be_deleted() {
     wait_gone(&api, &c.member(0)).await;
     plane.plane.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_pod_stays_pending_until_released_and_a_running_one_is_untouched() {
+    let plane = start().await;
+    let client = plane.client();
+    let c = StaticCluster::new("held", "held", 2);
+    let kubelet = plane.plane.kubelet();
+    kubelet.hold_starts(&c.namespace, &c.member(1));
+    create_cluster(&client, &c).await;
+    let api = pods(&client, &c);
+
+    // The other Pod runs, so the kubelet has had every chance to start both.
+    wait_pod(&api, &c.member(0), "Running", |p| phase(p) == "Running").await;
+    let held = wait_pod(&api, &c.member(1), "Pending, held", |p| {
+        container(p)["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("held"))
+    })
+    .await;
+    assert_eq!(phase(&held), "Pending");
+    assert_eq!(
+        container(&held)["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+    assert!(
+        kubelet
+            .pod(&c.namespace, &c.member(1))
+            .unwrap()
+            .pid
+            .is_none(),
+        "a held Pod has no process"
+    );
+
+    // Holding a running Pod's name does not stop it.
+    kubelet.hold_starts(&c.namespace, &c.member(0));
+    let running = kubelet.pod(&c.namespace, &c.member(0)).unwrap().pid;
+    assert!(running.is_some());
+    kubelet.release_starts(&c.namespace, &c.member(1));
+    wait_pod(&api, &c.member(1), "Running after release", |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    assert_eq!(
+        kubelet.pod(&c.namespace, &c.member(0)).unwrap().pid,
+        running
+    );
+    plane.finish(&[&c]).await;
+}

@@ -88,6 +88,8 @@ pub(crate) struct Node {
     config: KubeletConfig,
     hosts: HostsBlock,
     up: watch::Sender<bool>,
+    /// (namespace, name) of Pods that must not start: see [`Kubelet::hold_starts`].
+    held: Mutex<HashSet<(String, String)>>,
     pods: Mutex<HashMap<String, PodEntry>>,
     processes: Mutex<Processes>,
 }
@@ -113,6 +115,13 @@ struct PodEntry {
 }
 
 impl Node {
+    fn is_held(&self, namespace: &str, name: &str) -> bool {
+        self.held
+            .lock()
+            .unwrap()
+            .contains(&(namespace.to_owned(), name.to_owned()))
+    }
+
     fn started(&self, pid: u32) {
         let mut p = self.processes.lock().unwrap();
         p.started.push(pid);
@@ -183,6 +192,7 @@ impl Kubelet {
             config,
             hosts,
             up: watch::Sender::new(true),
+            held: Mutex::default(),
             pods: Mutex::new(HashMap::new()),
             processes: Mutex::new(Processes::default()),
         });
@@ -294,6 +304,28 @@ impl Kubelet {
         for tx in self.senders() {
             let _ = tx.send(Command::StartNode);
         }
+    }
+
+    /// Pods of this namespace and name do not start until
+    /// [`Kubelet::release_starts`]: they stay Pending (`ContainerCreating`),
+    /// as on a node whose image pull or volume attach hangs. A Pod already
+    /// running is not touched; one recreated under the same name waits.
+    pub fn hold_starts(&self, namespace: &str, name: &str) {
+        self.node
+            .held
+            .lock()
+            .unwrap()
+            .insert((namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Lets Pods held by [`Kubelet::hold_starts`] start.
+    pub fn release_starts(&self, namespace: &str, name: &str) {
+        self.node
+            .held
+            .lock()
+            .unwrap()
+            .remove(&(namespace.to_owned(), name.to_owned()));
+        let _ = self.send(namespace, name, Command::Release);
     }
 
     fn senders(&self) -> Vec<mpsc::UnboundedSender<Command>> {

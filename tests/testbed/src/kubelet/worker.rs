@@ -40,6 +40,8 @@ pub(crate) enum Command {
     /// Stop gracefully and do not restart; answered once the process is gone.
     StopNode(oneshot::Sender<()>),
     StartNode,
+    /// [`super::Kubelet::release_starts`]: a held Pending Pod may start now.
+    Release,
     /// The kubelet is going away: stop the process, write nothing more.
     Shutdown(oneshot::Sender<()>),
 }
@@ -287,8 +289,13 @@ impl Worker {
                             }
                         }
                         self.plan = Some(plan);
-                        if self.node_up {
+                        if self.may_start() {
                             self.start_container();
+                        } else if self.node.is_held(&self.ns, &self.name) {
+                            self.waiting = (
+                                "ContainerCreating".into(),
+                                Some("held by the test (Kubelet::hold_starts)".into()),
+                            );
                         }
                     }
                     Err(e) => self.config_failed(e.to_string()),
@@ -379,8 +386,13 @@ impl Worker {
 
     // ----- running ----------------------------------------------------------
 
+    /// The node is up and the test does not hold this Pod back.
+    fn may_start(&self) -> bool {
+        self.node_up && !self.node.is_held(&self.ns, &self.name)
+    }
+
     fn start_container(&mut self) {
-        if self.child.is_some() || self.deleting || !self.node_up {
+        if self.child.is_some() || self.deleting || !self.may_start() {
             return;
         }
         let Some(plan) = self.plan.clone() else {
@@ -736,6 +748,11 @@ impl Worker {
             }
             Command::StartNode => {
                 self.node_up = true;
+                if self.phase == "Pending" && self.plan.is_some() {
+                    self.start_container();
+                }
+            }
+            Command::Release => {
                 if self.phase == "Pending" && self.plan.is_some() {
                     self.start_container();
                 }
