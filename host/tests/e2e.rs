@@ -201,90 +201,132 @@ fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
     });
 }
 
+/// What happens to the victim's volume while its Pod is down.
+enum DiskFault {
+    /// Garbage where etcd's data directory was.
+    Corrupted,
+    /// Empty, as after a disk replacement.
+    Wiped,
+}
+
 #[test]
 fn a_member_that_keeps_crashing_is_replaced_while_the_others_hold_quorum() {
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     let _g = serial();
-    run(async {
-        let env = Env::start().await;
-        let endpoints = healthy_three(&env, "heal").await;
-        let names = env.member_names("heal").await;
-        let list = env.etcdctl(&endpoints, &["member", "list"]).await;
-        // A non-seed member: its etcd will find garbage where its data was.
-        let seed = env
-            .members()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|m| m.spec.bootstrap)
-            .unwrap()
-            .metadata
-            .name
-            .unwrap();
-        let victim = names.iter().find(|n| **n != seed).unwrap().clone();
-        let claim = format!("data-{victim}");
-        assert!(list.contains(&victim), "{list}");
+    run(replaced_after_disk_fault(
+        "heal",
+        false,
+        DiskFault::Corrupted,
+    ));
+}
 
-        // Kill it, keep its recreated Pod from starting, and corrupt the
-        // volume meanwhile: from now on etcd fails at every start.
-        let kubelet = env.plane.kubelet();
-        kubelet.hold_starts(NS, &victim);
-        kubelet.kill(NS, &victim).await.unwrap();
-        wait_pod(&env, &victim, "recreated and Pending", |p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
-        })
-        .await;
-        kubelet.wipe_claim(NS, &claim).unwrap();
+/// Without care, the seed (started with --initial-cluster-state=new) would
+/// bootstrap a second, empty cluster under the same identity on a blank
+/// volume, and look healthy. It must fail to start and be replaced.
+#[test]
+fn a_seed_whose_volume_was_replaced_never_starts_a_second_cluster() {
+    let _g = serial();
+    run(replaced_after_disk_fault("reseed", true, DiskFault::Wiped));
+}
+
+async fn replaced_after_disk_fault(name: &str, seed: bool, fault: DiskFault) {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let env = Env::start().await;
+    let endpoints = healthy_three(&env, name).await;
+    let members = env.members().list(&Default::default()).await.unwrap();
+    let victim = members
+        .items
+        .iter()
+        .find(|m| m.spec.cluster == name && m.spec.bootstrap == seed)
+        .unwrap()
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let claim = format!("data-{victim}");
+    let list = env.etcdctl(&endpoints, &["member", "list"]).await;
+    assert!(list.contains(&victim), "{list}");
+
+    // Kill it, keep its recreated Pod from starting, and break the volume
+    // meanwhile: from now on etcd fails at every start.
+    let kubelet = env.plane.kubelet();
+    kubelet.hold_starts(NS, &victim);
+    kubelet.kill(NS, &victim).await.unwrap();
+    wait_pod(&env, &victim, "recreated and Pending", |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+    })
+    .await;
+    kubelet.wipe_claim(NS, &claim).unwrap();
+    if let DiskFault::Corrupted = fault {
         for dir in kubelet.claim_dirs(NS, &claim) {
             std::fs::write(dir.join("member"), b"not an etcd data directory").unwrap();
         }
-        kubelet.release_starts(NS, &victim);
+    }
+    kubelet.release_starts(NS, &victim);
 
-        // The operator replaces it: MemberRemove, a fresh learner on a new
-        // volume, promotion. The cluster never lost quorum meanwhile.
-        let c = env
-            .wait_for("heal", "the crash-looping member replaced", |c| {
-                condition(c, "Available") == Some("True")
-                    && ready_members(c) == 3
-                    && c.status.as_ref().is_some_and(|s| {
-                        s.members.len() == 3
-                            && !s.members.iter().any(|m| m.name == victim)
-                            && s.broken_members.is_empty()
-                    })
+    // The operator replaces it: MemberRemove, a fresh learner on a new
+    // volume, promotion. The cluster never lost quorum meanwhile.
+    let c = env
+        .wait_for(name, "the crash-looping member replaced", |c| {
+            condition(c, "Available") == Some("True")
+                && ready_members(c) == 3
+                && c.status.as_ref().is_some_and(|s| {
+                    s.members.len() == 3
+                        && !s.members.iter().any(|m| m.name == victim)
+                        && s.broken_members.is_empty()
+                })
+        })
+        .await;
+    assert_eq!(condition(&c, "Degraded"), Some("False"));
+    let now = env.member_names(name).await;
+    assert!(!now.contains(&victim), "{now:?}");
+    // Every member answers with the one cluster ID the operator latched.
+    let all = env.endpoints(name).await;
+    let status = env
+        .etcdctl(&all, &["endpoint", "status", "--write-out=json"])
+        .await;
+    let ids: std::collections::BTreeSet<String> =
+        serde_json::from_str::<serde_json::Value>(&status)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:x}",
+                    e["Status"]["header"]["cluster_id"].as_u64().unwrap()
+                )
             })
-            .await;
-        assert_eq!(condition(&c, "Degraded"), Some("False"));
-        let now = env.member_names("heal").await;
-        assert!(!now.contains(&victim), "{now:?}");
-        let all = env.endpoints("heal").await;
-        let list = env.etcdctl(&all, &["member", "list"]).await;
-        assert_eq!(voters(&list), 3, "{list}");
-        assert!(
-            !list.contains(&victim),
-            "etcd still lists {victim}:\n{list}"
-        );
-        let got = env
-            .etcdctl(&all, &["get", "/steward/e2e", "--print-value-only"])
-            .await;
-        assert_eq!(got.trim(), "kept");
-        let pvcs: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(env.client.clone(), NS);
-        assert!(
-            pvcs.get_opt(&claim).await.unwrap().is_none(),
-            "the broken member's volume went with it"
-        );
-        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-            kube::Api::namespaced(env.client.clone(), NS);
-        let events = events.list(&Default::default()).await.unwrap().items;
-        assert!(
-            events.iter().any(|e| e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some("ReplacingMember")
-                && e.note.as_deref().is_some_and(|n| n.contains(&victim))),
-            "a Warning Event names the replaced member"
-        );
-        env.shutdown().await;
-    });
+            .collect();
+    assert_eq!(
+        ids.into_iter().collect::<Vec<_>>(),
+        [c.status.as_ref().unwrap().cluster_id.clone().unwrap()],
+        "{status}"
+    );
+    let list = env.etcdctl(&all, &["member", "list"]).await;
+    assert_eq!(voters(&list), 3, "{list}");
+    assert!(
+        !list.contains(&victim),
+        "etcd still lists {victim}:\n{list}"
+    );
+    let got = env
+        .etcdctl(&all, &["get", "/steward/e2e", "--print-value-only"])
+        .await;
+    assert_eq!(got.trim(), "kept");
+    let pvcs: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(env.client.clone(), NS);
+    assert!(
+        pvcs.get_opt(&claim).await.unwrap().is_none(),
+        "the broken member's volume went with it"
+    );
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(env.client.clone(), NS);
+    let events = events.list(&Default::default()).await.unwrap().items;
+    assert!(
+        events.iter().any(|e| e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some("ReplacingMember")
+            && e.note.as_deref().is_some_and(|n| n.contains(&victim))),
+        "a Warning Event names the replaced member"
+    );
+    env.shutdown().await;
 }
 
 #[test]
