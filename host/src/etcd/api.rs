@@ -98,6 +98,23 @@ impl RpcError {
     }
 }
 
+/// etcd's answers to a membership change it will accept a little later.
+/// With `--strict-reconfig-check` (the default) etcd refuses any change
+/// until every member has been connected for 5 s, as right after a
+/// promotion; a learner's promotion waits until it is in sync.
+const REFUSED_FOR_NOW: [&str; 2] = [
+    "etcdserver: unhealthy cluster",
+    "etcdserver: can only promote a learner member which is in sync with leader",
+];
+
+impl RpcError {
+    /// etcd refused a membership change that it will take once the cluster
+    /// settles: a reason to wait, not a failure to report.
+    pub fn is_refused_for_now(&self) -> bool {
+        self.rpc.is_mutation() && REFUSED_FOR_NOW.iter().any(|m| self.message.contains(m))
+    }
+}
+
 impl fmt::Display for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -269,5 +286,41 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
         id: u64,
     ) -> Result<Vec<EtcdMember>, RpcError> {
         (**self).member_remove(endpoints, id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcds_not_yet_answers_to_a_membership_change_are_waits() {
+        let unhealthy = RpcError::new(
+            Rpc::MemberAddAsLearner,
+            "http://a:2379",
+            ProbeErrorKind::Other,
+            "etcdserver: unhealthy cluster",
+        );
+        assert!(unhealthy.is_refused_for_now());
+        let lagging = RpcError::new(
+            Rpc::MemberPromote,
+            "http://a:2379",
+            ProbeErrorKind::Other,
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        );
+        assert!(lagging.is_refused_for_now());
+        // A timeout is a failure, and a probe is no membership change.
+        let timeout = RpcError::new(
+            Rpc::MemberAddAsLearner,
+            "http://a:2379",
+            ProbeErrorKind::Timeout,
+            "deadline has elapsed",
+        );
+        assert!(!timeout.is_refused_for_now());
+        let status = RpcError {
+            rpc: Rpc::Status,
+            ..unhealthy
+        };
+        assert!(!status.is_refused_for_now());
     }
 }

@@ -15,6 +15,7 @@ use super::plan::{Step, plan};
 use super::status::StatusWritten;
 use crate::api::{EtcdCluster, EtcdMember};
 use crate::controller::{Context, FIELD_MANAGER};
+use crate::etcd::RpcError;
 use crate::resources;
 
 pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
@@ -37,6 +38,15 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
         Ok(step) => {
             ctx.record_action(cluster, None);
             Some(step)
+        }
+        Err(err)
+            if err
+                .downcast_ref::<RpcError>()
+                .is_some_and(RpcError::is_refused_for_now) =>
+        {
+            tracing::info!(cluster = %cluster.name_any(), reason = %err, "etcd refused the step for now");
+            ctx.record_action(cluster, None);
+            Some(Step::Wait(err.to_string()))
         }
         Err(err) => {
             let message = format!("{err:#}");
