@@ -89,7 +89,9 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
         // crash-loop threshold.
         Some(p) if facts.is_terminal() && p.metadata.deletion_timestamp.is_none() => {
             let wait = recreate_wait(&facts, failures, jiff::Timestamp::now(), &ctx.config);
-            if wait.is_zero() {
+            if !wait.is_zero() {
+                next = wait;
+            } else if still_there(&pods, p).await? {
                 let failed = facts.counts_as_failure();
                 let ev = KubeEvent {
                     type_: if failed {
@@ -120,8 +122,6 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
                     .await
                     .map_err(Error::Kube)?;
                 recreated = Some(failed);
-            } else {
-                next = wait;
             }
         }
         // The PDB counts voter Pods by label; a promoted learner's Pod
@@ -153,6 +153,14 @@ async fn apply(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, Error> 
 
     write_member_status(&member, &cluster, pod.as_deref(), recreated, ctx).await?;
     Ok(Action::requeue(next))
+}
+
+/// The Pod cache may still show a Pod this controller deleted a moment ago;
+/// recreating (and counting) it twice would shorten a crash loop. Asks the
+/// API whether this very Pod is still there and not being deleted.
+async fn still_there(pods: &Api<Pod>, pod: &Pod) -> Result<bool, Error> {
+    let live = pods.get_opt(&pod.name_any()).await.map_err(Error::Kube)?;
+    Ok(live.is_some_and(|l| l.uid() == pod.uid() && l.metadata.deletion_timestamp.is_none()))
 }
 
 /// The wait before recreating after `failures` consecutive failures: none
