@@ -9,6 +9,7 @@ pub mod cli;
 pub mod conditions;
 pub mod controller;
 pub mod etcd;
+pub mod leader;
 pub mod member;
 pub mod metrics;
 pub mod observe;

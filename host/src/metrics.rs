@@ -6,6 +6,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -22,6 +23,7 @@ pub struct Metrics {
     reconcile_errors: Family<KindLabel, Counter>,
     policy_evaluations: Counter,
     policy_failures: Family<KindLabel, Counter>,
+    leading: Gauge,
 }
 
 impl Default for Metrics {
@@ -31,6 +33,7 @@ impl Default for Metrics {
         let reconcile_errors = Family::<KindLabel, Counter>::default();
         let policy_evaluations = Counter::default();
         let policy_failures = Family::<KindLabel, Counter>::default();
+        let leading = Gauge::default();
         registry.register(
             "reconcile_duration_seconds",
             "Duration of one EtcdCluster reconcile (observe, evaluate, write status, act)",
@@ -51,12 +54,18 @@ impl Default for Metrics {
             "Status policy evaluations that fell back to the host's verdict, by kind",
             policy_failures.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (or runs without leader election)",
+            leading.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             reconcile_seconds,
             reconcile_errors,
             policy_evaluations,
             policy_failures,
+            leading,
         }
     }
 }
@@ -81,6 +90,10 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.set(i64::from(leading));
     }
 
     /// The text exposition format.

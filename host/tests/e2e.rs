@@ -468,6 +468,90 @@ fn an_operator_killed_right_after_member_add_is_converged_by_the_next() {
     });
 }
 
+#[test]
+fn two_replicas_elect_one_leader_and_hand_over_on_shutdown() {
+    use etcd_steward::cli::run::{Operator, RunArgs};
+    use etcd_steward::leader::LeaseConfig;
+    let _g = serial();
+    run(async {
+        let mut env = Env::start().await;
+        env.kill_operator().await;
+        let replica = |id: &str| {
+            let mut op = Operator::new(RunArgs {
+                leader_elect: true,
+                ..run_args()
+            });
+            op.lease = Some(LeaseConfig {
+                lease_duration: std::time::Duration::from_secs(3),
+                renew_deadline: std::time::Duration::from_secs(2),
+                retry_period: std::time::Duration::from_millis(200),
+                ..LeaseConfig::new(NS, id)
+            });
+            let metrics = op.metrics.clone();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let client = env.client.clone();
+            let task = tokio::spawn(op.run(client, async {
+                let _ = stopped.await;
+            }));
+            (metrics, stop, task)
+        };
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let holder = || async {
+            leases
+                .get_opt("etcd-steward")
+                .await
+                .unwrap()
+                .and_then(|l| l.spec?.holder_identity)
+        };
+        let (a_metrics, stop_a, a) = replica("replica-a");
+        let start = std::time::Instant::now();
+        while holder().await.as_deref() != Some("replica-a") {
+            assert!(start.elapsed() < EVENTUALLY, "replica-a never led");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let (b_metrics, stop_b, b) = replica("replica-b");
+
+        healthy_three(&env, "ha").await;
+        assert_eq!(holder().await.as_deref(), Some("replica-a"));
+        assert!(reconciles(&a_metrics) > 0);
+        assert_eq!(reconciles(&b_metrics), 0, "the follower reconciled");
+        assert!(b_metrics.encode().contains("etcd_steward_leader 0"));
+
+        // A rolling update stops the leader: it releases the Lease and the
+        // follower carries on writing status.
+        stop_a.send(()).unwrap();
+        a.await.unwrap().unwrap();
+        let start = std::time::Instant::now();
+        while holder().await.as_deref() != Some("replica-b") {
+            assert!(start.elapsed() < EVENTUALLY, "replica-b never took over");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let before = env.clusters().get("ha").await.unwrap().status.unwrap();
+        env.wait_for("ha", "a status written by the new leader", |c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.last_verified_time > before.last_verified_time)
+        })
+        .await;
+        assert!(reconciles(&b_metrics) > 0);
+        assert!(b_metrics.encode().contains("etcd_steward_leader 1"));
+        stop_b.send(()).unwrap();
+        b.await.unwrap().unwrap();
+        env.shutdown().await;
+    });
+}
+
+/// Reconciles of the EtcdCluster controller, from the metrics text.
+fn reconciles(metrics: &etcd_steward::metrics::Metrics) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_steward_reconcile_duration_seconds_count "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The incident's guard, for every etcd RPC the operator makes: with the
 /// member Pods not Ready and that RPC failing, the very same reconcile
 /// writes Available=False and readyMembers 0. Membership RPCs are never

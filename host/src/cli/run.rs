@@ -8,6 +8,7 @@ use clap::Args;
 
 use crate::controller::{self, Context, OperatorConfig, Scope};
 use crate::etcd::{ClientConfig, EtcdClient, Faults, FaultyEtcd};
+use crate::leader::{self, Candidate, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::policy::{Limits, PolicyEngine};
 
@@ -44,6 +45,13 @@ pub struct RunArgs {
     /// 0 turns crash-loop self-heal off.
     #[arg(long, default_value_t = 5)]
     pub crash_loop_threshold: u32,
+    /// Run as one of several replicas: only the holder of the Lease
+    /// `etcd-steward` reconciles; the others wait to take over.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
 }
 
 impl RunArgs {
@@ -73,14 +81,24 @@ pub struct Operator {
     pub args: RunArgs,
     pub faults: Faults,
     pub metrics: Arc<Metrics>,
+    /// Set by `--leader-elect`: reconcile only while holding this Lease.
+    pub lease: Option<LeaseConfig>,
 }
 
 impl Operator {
     pub fn new(args: RunArgs) -> Self {
+        let lease = args.leader_elect.then(|| {
+            // Two replicas may share a Pod name only by accident; the suffix
+            // keeps their identities apart anyway.
+            let pod = std::env::var("POD_NAME").unwrap_or_else(|_| "etcd-steward".into());
+            let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+            LeaseConfig::new(&args.leader_election_namespace, &format!("{pod}_{suffix}"))
+        });
         Self {
             args,
             faults: Faults::new(),
             metrics: Arc::new(Metrics::default()),
+            lease,
         }
     }
 
@@ -114,8 +132,21 @@ impl Operator {
         client: kube::Client,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let ctx = self.context(client).await?;
-        controller::run(ctx, &self.scope(), shutdown).await
+        // The watch caches fill before leadership is won, so a successor
+        // starts reconciling from warm caches.
+        let ctx = self.context(client.clone()).await?;
+        let scope = self.scope();
+        match self.lease {
+            None => {
+                self.metrics.set_leading(true);
+                controller::run(ctx, &scope, shutdown).await
+            }
+            Some(lease) => {
+                let work = controller::run(ctx, &scope, std::future::pending());
+                let candidate = Candidate::new(client, lease);
+                leader::run_as_leader(candidate, work, shutdown, &self.metrics).await
+            }
+        }
     }
 }
 

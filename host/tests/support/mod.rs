@@ -42,6 +42,8 @@ pub fn run_args() -> RunArgs {
         policy_memory_mib: 32,
         metrics_addr: String::new(),
         crash_loop_threshold: 5,
+        leader_elect: false,
+        leader_election_namespace: NS.into(),
     }
 }
 
