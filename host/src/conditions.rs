@@ -103,6 +103,7 @@ pub fn desired(
     declared: &[String],
     phase: HostPhase,
     stall: Option<&Stall>,
+    next_step: Option<&str>,
 ) -> Vec<Condition> {
     let mut by_type: BTreeMap<String, Condition> = BTreeMap::new();
     for c in policy {
@@ -157,7 +158,7 @@ pub fn desired(
         available.message.clone(),
     );
     by_type.insert(READY.to_owned(), ready);
-    by_type.insert(RECONCILING.to_owned(), reconciling(phase, stall));
+    by_type.insert(RECONCILING.to_owned(), reconciling(phase, stall, next_step));
     by_type.insert(STALLED.to_owned(), stalled(stall));
 
     let mut out: Vec<Condition> = ALWAYS.iter().filter_map(|t| by_type.remove(*t)).collect();
@@ -194,7 +195,9 @@ fn progressing_from_phase(phase: HostPhase) -> Condition {
     }
 }
 
-fn reconciling(phase: HostPhase, stall: Option<&Stall>) -> Condition {
+/// `next_step` is the membership planner's next step or what it waits
+/// for; it is what a human reading `kubectl describe` wants to know.
+fn reconciling(phase: HostPhase, stall: Option<&Stall>, next_step: Option<&str>) -> Condition {
     if let Some(stall) = stall {
         return Condition::new(
             RECONCILING,
@@ -203,13 +206,17 @@ fn reconciling(phase: HostPhase, stall: Option<&Stall>) -> Condition {
             format!("stopped: {}", stall.message()),
         );
     }
+    let message = match next_step {
+        Some(step) => format!("{}; {step}", phase_message(phase)),
+        None => phase_message(phase).to_owned(),
+    };
     match membership_change(phase) {
-        Some(r) => Condition::new(RECONCILING, ConditionStatus::True, r, phase_message(phase)),
+        Some(r) => Condition::new(RECONCILING, ConditionStatus::True, r, message),
         None => Condition::new(
             RECONCILING,
             ConditionStatus::False,
             idle_reason(phase),
-            phase_message(phase),
+            message,
         ),
     }
 }
@@ -510,7 +517,12 @@ mod tests {
         generation: i64,
         now: Timestamp,
     ) -> Vec<MetaCondition> {
-        merge(stored, &desired(policy, &[], phase, stall), generation, now)
+        merge(
+            stored,
+            &desired(policy, &[], phase, stall, None),
+            generation,
+            now,
+        )
     }
 
     #[test]
@@ -625,6 +637,23 @@ mod tests {
     }
 
     #[test]
+    fn reconciling_says_what_the_operator_does_or_waits_for_next() {
+        let d = desired(
+            &policy_healthy(),
+            &[],
+            HostPhase::ScalingUp,
+            None,
+            Some("waiting: learner c is catching up (raft index 40, leader 100)"),
+        );
+        let c = d.iter().find(|c| c.type_ == RECONCILING).unwrap();
+        assert_eq!(c.status, ConditionStatus::True);
+        assert_eq!(
+            c.message,
+            "adding a member; waiting: learner c is catching up (raft index 40, leader 100)"
+        );
+    }
+
+    #[test]
     fn progress_deadline_exceeded_mid_scale_up_reads_as_failed_to_kstatus() {
         let stall =
             Stall::ProgressDeadlineExceeded("scale-up to 5 did not finish within 600s".to_owned());
@@ -731,7 +760,7 @@ mod tests {
     #[test]
     fn a_declared_condition_the_policy_did_not_report_becomes_unknown_not_absent() {
         let declared = vec!["SpaceLow".to_owned()];
-        let d = desired(&policy_healthy(), &declared, HostPhase::Steady, None);
+        let d = desired(&policy_healthy(), &declared, HostPhase::Steady, None, None);
         let space = d.iter().find(|c| c.type_ == "SpaceLow").unwrap();
         assert_eq!(space.status, Unknown);
         assert_eq!(space.reason, "NotReported");
@@ -746,7 +775,7 @@ mod tests {
             "SpecChanged",
             "version 3.5.1 -> 3.5.2",
         ));
-        let d = desired(&policy, &[], HostPhase::Steady, None);
+        let d = desired(&policy, &[], HostPhase::Steady, None, None);
         let p = d.iter().find(|c| c.type_ == PROGRESSING).unwrap();
         assert_eq!((p.status, p.reason.as_str()), (True, "SpecChanged"));
     }

@@ -11,7 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::{Resource, ResourceExt};
 
-use super::plan::{Step, plan};
+use super::plan::Step;
 use super::status::StatusWritten;
 use crate::api::{EtcdCluster, EtcdMember};
 use crate::controller::{Context, FIELD_MANAGER};
@@ -24,8 +24,7 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
 
     let result = async {
         ensure_services(cluster, ctx).await?;
-        let facts = e.observed.plan_facts(e.verdict.verified, &ctx.config);
-        let step = plan(&facts);
+        let step = written.step.clone();
         if step.changes_membership() {
             tracing::info!(cluster = %cluster.name_any(), ?step, "membership step");
         }

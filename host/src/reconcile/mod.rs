@@ -15,6 +15,8 @@
 //! - [`act::act`] takes that token by value: no membership action can run
 //!   before this reconcile's status is written, and no action's failure can
 //!   reach back into it. Its errors are recorded and shown by the next status.
+//!   The step it takes is the one [`plan::plan`] chose (a pure function) and
+//!   the written status announced.
 //!
 //! An early return before the status write would need an etcd call that
 //! returns a `Result` here, and there is none: that is the incident this

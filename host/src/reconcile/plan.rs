@@ -88,6 +88,26 @@ impl Step {
     pub fn changes_membership(&self) -> bool {
         !matches!(self, Step::Idle | Step::Wait(_))
     }
+
+    /// What the operator does next, in words, for the status.
+    pub fn describe(&self) -> Option<String> {
+        Some(match self {
+            Step::Idle => return None,
+            Step::Wait(why) => format!("waiting: {why}"),
+            Step::CreateSeed => "next: create the seed member".to_owned(),
+            Step::AddLearner => "next: add a learner (MemberAddAsLearner)".to_owned(),
+            Step::Adopt { name } => {
+                format!("next: create EtcdMember {name} for the learner etcd already lists")
+            }
+            Step::Promote { name, .. } => format!("next: promote learner {name}, caught up"),
+            Step::Remove { name } => format!("next: remove member {name}"),
+            Step::Replace { name, failures } => {
+                format!("next: replace member {name}, which failed {failures} times in a row")
+            }
+            Step::MakeDormant { name } => format!("next: make {name} dormant"),
+            Step::Wake { name } => format!("next: wake dormant member {name}"),
+        })
+    }
 }
 
 /// The member name a peer URL belongs to: `http://<member>.<cluster>.<ns>.svc:2380`.

@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, EventType};
 
 use super::evaluate::Evaluated;
-use super::plan::is_crash_looping;
+use super::plan::{Step, is_crash_looping, plan};
 use crate::api::{
     EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary, ObservedClusterSpec, WholeStatus,
 };
@@ -26,6 +26,8 @@ use crate::resources;
 pub struct StatusWritten {
     pub(super) evaluated: Evaluated,
     pub(super) status: EtcdClusterStatus,
+    /// The membership step this status announced; act carries it out.
+    pub(super) step: Step,
 }
 
 impl StatusWritten {
@@ -34,8 +36,9 @@ impl StatusWritten {
     }
 }
 
-/// The status this evaluation implies, from the previous status.
-pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
+/// The status this evaluation implies, from the previous status, and
+/// announcing the planner's `step`.
+pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStatus {
     let cluster = &e.observed.cluster;
     let prev = cluster.status.clone().unwrap_or_default();
     let now = e.observed.now;
@@ -48,6 +51,7 @@ pub fn next_status(e: &Evaluated, ctx: &Context) -> EtcdClusterStatus {
         &declared,
         e.observed.observation.phase,
         stall.as_ref(),
+        step.describe().as_deref(),
     );
     let conditions = conditions::merge(&prev.conditions, &desired, generation, now);
 
@@ -162,7 +166,15 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     let cluster: &Arc<EtcdCluster> = &evaluated.observed.cluster;
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let status = next_status(&evaluated, ctx);
+    // The plan is pure, so it can be made before the write: the status
+    // then says what happens next (or what it waits for), and act only
+    // carries out what was announced.
+    let step = plan(
+        &evaluated
+            .observed
+            .plan_facts(evaluated.verdict.verified, &ctx.config),
+    );
+    let status = next_status(&evaluated, &step, ctx);
 
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // The whole status, lists replaced and emptied fields cleared.
@@ -197,7 +209,11 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     }
 
     publish_events(&evaluated, &status, ctx).await;
-    Ok(StatusWritten { evaluated, status })
+    Ok(StatusWritten {
+        evaluated,
+        status,
+        step,
+    })
 }
 
 async fn publish_events(e: &Evaluated, status: &EtcdClusterStatus, ctx: &Context) {
