@@ -190,10 +190,16 @@ impl Candidate {
         let mut last_renewed = Instant::now();
         loop {
             tokio::time::sleep(self.config.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewed = Instant::now(),
-                Ok(false) => return LeaderError::Lost(self.lease_ref()),
-                Err(err) => tracing::warn!(error = %err, "renewing the leader Lease failed"),
+            // A hung API call must not carry the leader past its deadline.
+            let left = self
+                .config
+                .renew_deadline
+                .saturating_sub(last_renewed.elapsed());
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => last_renewed = Instant::now(),
+                Ok(Ok(false)) => return LeaderError::Lost(self.lease_ref()),
+                Ok(Err(err)) => tracing::warn!(error = %err, "renewing the leader Lease failed"),
+                Err(_) => tracing::warn!("renewing the leader Lease timed out"),
             }
             if last_renewed.elapsed() >= self.config.renew_deadline {
                 return LeaderError::Lost(self.lease_ref());

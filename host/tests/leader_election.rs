@@ -23,20 +23,20 @@ fn config(identity: &str) -> LeaseConfig {
     }
 }
 
-async fn holder(client: &kube::Client) -> Option<String> {
+async fn lease(client: &kube::Client) -> k8s_openapi::api::coordination::v1::LeaseSpec {
     let lease = Api::<Lease>::namespaced(client.clone(), "default")
         .get("etcd-steward")
         .await
         .unwrap();
-    lease.spec.unwrap().holder_identity
+    lease.spec.unwrap()
+}
+
+async fn holder(client: &kube::Client) -> Option<String> {
+    lease(client).await.holder_identity
 }
 
 async fn transitions(client: &kube::Client) -> i32 {
-    let lease = Api::<Lease>::namespaced(client.clone(), "default")
-        .get("etcd-steward")
-        .await
-        .unwrap();
-    lease.spec.unwrap().lease_transitions.unwrap_or(0)
+    lease(client).await.lease_transitions.unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,4 +112,23 @@ async fn a_leader_that_cannot_reach_the_api_gives_up_within_its_renew_deadline()
         matches!(lost, Ok(LeaderError::Lost(_))),
         "a leader that cannot renew must stop leading"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_api_calls_hang_gives_up_instead_of_leading_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(dir.path()).unwrap();
+    let client = server.client().await.unwrap();
+    let mut a = Candidate::new(client.clone(), config("a"));
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    // Every request now takes ten minutes: far past the lease duration, by
+    // which time another replica may lead.
+    server.faults().set_latency(Duration::from_secs(600));
+    let lost = tokio::time::timeout(EVENTUALLY, a.keep_renewing()).await;
+    assert!(
+        matches!(lost, Ok(LeaderError::Lost(_))),
+        "a leader stuck on a hung renewal must stop leading"
+    );
+    server.faults().set_latency(Duration::ZERO);
+    server.shutdown().await;
 }
