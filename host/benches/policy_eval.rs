@@ -6,6 +6,11 @@
 //!
 //! After criterion's report it prints median and p99 of single calls, which
 //! criterion (it times batches) does not give.
+//!
+//! With `POLICY_EVAL_CALLS=N` it skips criterion and only runs N evaluations
+//! of each path, for counting instructions: this machine's speed moves from
+//! minute to minute, instruction counts do not. scripts/count-policy-eval.sh
+//! runs it under callgrind.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -49,6 +54,19 @@ fn main() {
         through_wasm.verdict,
         steward_default_policy::evaluate_json_settings(&obs)
     );
+
+    if let Ok(calls) = std::env::var("POLICY_EVAL_CALLS") {
+        let calls: usize = calls.parse().expect("POLICY_EVAL_CALLS is a number");
+        for _ in 0..calls {
+            black_box(policy.evaluate(black_box(&obs)));
+        }
+        for _ in 0..calls {
+            black_box(steward_default_policy::evaluate_json_settings(black_box(
+                &obs,
+            )));
+        }
+        return;
+    }
 
     let mut criterion = Criterion::default().configure_from_args();
     let mut group = criterion.benchmark_group("policy_eval");

@@ -290,6 +290,24 @@ fn default_policy_is_embedded() {
     );
 }
 
+/// Far more text than a real cluster's: the default policy's allocator runs
+/// out of its static arena and continues in grown memory
+/// (policies/default/src/bump.rs), and the verdict is still the native one.
+#[test]
+fn default_policy_outgrows_its_arena() {
+    let mut big = observation(serde_json::json!({}));
+    big.cluster.name = "c".repeat(100 << 10);
+    for member in &mut big.members {
+        member.endpoint = format!("https://{}.etcd:2379", "m".repeat(30 << 10));
+    }
+    let evaluation = ENGINE.default_policy().evaluate(&big);
+    assert_eq!(evaluation.error, None, "{:?}", evaluation.verdict);
+    assert_eq!(
+        evaluation.verdict,
+        steward_default_policy::evaluate_json_settings(&big)
+    );
+}
+
 #[test]
 fn garbage_is_refused_at_load() {
     let component = std::fs::read(CHAOS_WASM).unwrap();

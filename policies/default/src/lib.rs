@@ -11,4 +11,6 @@ pub use logic::{describe, evaluate, evaluate_json_settings};
 pub use settings::{SCHEMA as SETTINGS_SCHEMA, Settings};
 
 #[cfg(target_arch = "wasm32")]
+mod bump;
+#[cfg(target_arch = "wasm32")]
 mod wit;
