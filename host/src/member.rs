@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, ConditionStatus, quorum};
 
-use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium, WholeStatus};
+use crate::api::{EtcdCluster, EtcdMember, EtcdMemberStatus, StorageMedium, write_whole_status};
 use crate::controller::{Context, Error, OperatorConfig};
 use crate::observe::{ProbeTarget, probe_cluster};
 use crate::reconcile::observe::cluster_members;
@@ -263,13 +263,9 @@ async fn write_member_status(
     let api: Api<EtcdMember> =
         Api::namespaced(ctx.client.clone(), &member.namespace().unwrap_or_default());
     // The whole status, lists replaced and emptied fields cleared.
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(new.merge_patch()),
-    )
-    .await
-    .map_err(Error::StatusWrite)?;
+    write_whole_status(&api, &name, &new)
+        .await
+        .map_err(Error::StatusWrite)?;
     Ok(())
 }
 

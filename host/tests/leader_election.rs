@@ -99,13 +99,19 @@ async fn one_holder_at_a_time_release_hands_over_and_a_silent_leader_is_deposed(
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_cannot_reach_the_api_gives_up_within_its_renew_deadline() {
+/// A stand-in and a candidate that leads on it.
+async fn a_leader() -> (ApiServer, Candidate, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let server = ApiServer::start(dir.path()).unwrap();
     let client = server.client().await.unwrap();
-    let mut a = Candidate::new(client.clone(), config("a"));
+    let mut a = Candidate::new(client, config("a"));
     assert!(a.try_acquire_or_renew().await.unwrap());
+    (server, a, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_reach_the_api_gives_up_within_its_renew_deadline() {
+    let (server, mut a, _dir) = a_leader().await;
     server.shutdown().await;
     let lost = tokio::time::timeout(EVENTUALLY, a.keep_renewing()).await;
     assert!(
@@ -116,11 +122,7 @@ async fn a_leader_that_cannot_reach_the_api_gives_up_within_its_renew_deadline()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_api_calls_hang_gives_up_instead_of_leading_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = ApiServer::start(dir.path()).unwrap();
-    let client = server.client().await.unwrap();
-    let mut a = Candidate::new(client.clone(), config("a"));
-    assert!(a.try_acquire_or_renew().await.unwrap());
+    let (server, mut a, _dir) = a_leader().await;
     // Every request now takes ten minutes: far past the lease duration, by
     // which time another replica may lead.
     server.faults().set_latency(Duration::from_secs(600));

@@ -10,7 +10,7 @@ mod validation_tests;
 
 pub use cluster::*;
 pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus, condition as member_condition};
-pub use status_patch::WholeStatus;
+pub use status_patch::{WholeStatus, write_whole_status};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

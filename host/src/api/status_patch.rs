@@ -34,6 +34,18 @@ pub trait WholeStatus: Serialize + JsonSchema {
     }
 }
 
+/// Writes `status` as the whole status of `name`: the one way the operator
+/// writes a status.
+pub async fn write_whole_status<K, S>(api: &kube::Api<K>, name: &str, status: &S) -> kube::Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: WholeStatus,
+{
+    let patch = kube::api::Patch::Merge(status.merge_patch());
+    api.patch_status(name, &kube::api::PatchParams::default(), &patch)
+        .await
+}
+
 fn field_names<T: JsonSchema>() -> Vec<String> {
     schemars::schema_for!(T)
         .get("properties")

@@ -24,12 +24,12 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
 
     let result = async {
         ensure_services(cluster, ctx).await?;
-        let step = written.step.clone();
+        let step = &written.step;
         if step.changes_membership() {
             tracing::info!(cluster = %cluster.name_any(), ?step, "membership step");
         }
-        take(&step, &written, ctx).await?;
-        Ok::<Step, anyhow::Error>(step)
+        take(step, &written, ctx).await?;
+        Ok::<Step, anyhow::Error>(step.clone())
     }
     .await;
 

@@ -14,7 +14,8 @@ use steward_policy_sdk::{self as sdk, EventType};
 use super::evaluate::Evaluated;
 use super::plan::{Step, is_crash_looping, plan};
 use crate::api::{
-    EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary, ObservedClusterSpec, WholeStatus,
+    EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary, ObservedClusterSpec,
+    write_whole_status,
 };
 use crate::conditions::{self, Stall};
 use crate::controller::{Context, Error, FIELD_MANAGER};
@@ -178,13 +179,9 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
 
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // The whole status, lists replaced and emptied fields cleared.
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(status.merge_patch()),
-    )
-    .await
-    .map_err(Error::StatusWrite)?;
+    write_whole_status(&api, &name, &status)
+        .await
+        .map_err(Error::StatusWrite)?;
 
     // The PDB belongs with the status: both describe what the cluster can
     // tolerate right now, so it must never go stale when etcd is down.
