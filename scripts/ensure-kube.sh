@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prints the directory holding the real Kubernetes binaries the tests and the
+# sandbox run: kube-apiserver, kube-controller-manager, kube-scheduler and
+# kubectl (one multi-call binary, `kube`, with a symlink per name), etcd (the
+# release k8s.io/kubernetes pins) and helm. Built once from tests/kube's Go
+# module into the cache, keyed by a hash of that module (go.mod, go.sum and
+# its sources, and this script), so a fresh clone with the same module reuses them.
+# KUBE_BIN_DIR points it at binaries you already have instead (a distro's or
+# envtest's); it must hold at least the three control-plane binaries and kubectl.
+set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$0")/../tests/kube"
+
+need=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+if [ -n "${KUBE_BIN_DIR:-}" ]; then
+  for b in "${need[@]}"; do
+    [ -x "$KUBE_BIN_DIR/$b" ] || { echo "ensure-kube: KUBE_BIN_DIR=$KUBE_BIN_DIR has no executable $b" >&2; exit 1; }
+  done
+  echo "$KUBE_BIN_DIR"; exit 0
+fi
+
+key=$(cat go.mod go.sum $(find cmd -name '*.go' | sort) "$self" | sha256sum | cut -c1-16)
+root="${ETCD_STEWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-steward}"
+out="$root/kube-$key"
+if [ -x "$out/kube" ] && [ -x "$out/etcd" ] && [ -x "$out/helm" ]; then
+  echo "$out"; exit 0
+fi
+
+# The Kubernetes build sets its version through these; without them the
+# binaries call themselves v0.0.0-master and kubectl warns about skew.
+kver=$(sed -n 's#^\s*k8s.io/kubernetes v\(.*\)$#\1#p' go.mod | head -n1)
+major=${kver%%.*}; rest=${kver#*.}; minor=${rest%%.*}
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=v$kver -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor \
+  -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+
+tmp="$out.part.$$"; trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp"
+say() { echo "ensure-kube: $*" >&2; }
+say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd and helm from tests/kube into $out"
+say "the first build compiles Kubernetes from source and takes 20-40 minutes on 2 cores; later runs reuse it"
+export CGO_ENABLED=0
+go build -trimpath -ldflags "$ldflags" -o "$tmp/kube" ./cmd/kube
+go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd
+hver=$(sed -n 's#^\s*helm.sh/helm/v4 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
+go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$hver" -o "$tmp/helm" helm.sh/helm/v4/cmd/helm
+for b in "${need[@]}"; do ln -s kube "$tmp/$b"; done
+rm -rf "$out"; mv "$tmp" "$out"
+"$out/kube-apiserver" --version >&2
+echo "$out"
