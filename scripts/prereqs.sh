@@ -28,3 +28,10 @@ fi
 
 # 3. The etcd binaries (etcd, etcdctl, etcdutl) for the end-to-end tests.
 scripts/ensure-etcd.sh >/dev/null
+
+# 4. The real Kubernetes control plane, kubectl and helm, built from
+#    tests/kube's Go module into the cache (the first build takes minutes
+#    and says so).
+command -v go >/dev/null 2>&1 || [ -n "${KUBE_BIN_DIR:-}" ] || {
+  say "go is required to build the Kubernetes binaries (or set KUBE_BIN_DIR to existing ones)"; exit 1; }
+scripts/ensure-kube.sh >/dev/null

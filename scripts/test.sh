@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`): formatting, lints, then every
 # test of the workspace inside a private mount namespace (the local kubelet
-# publishes Pod names in a private /etc/hosts there) with real etcd binaries.
+# publishes Pod names in a private /etc/hosts there) with real etcd binaries
+# and the real Kubernetes control plane (scripts/ensure-kube.sh).
 # A missing prerequisite fails the run with a message; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,6 @@ say() { echo "test.sh: $*" >&2; }
 for tool in cargo unshare python3; do
   command -v "$tool" >/dev/null 2>&1 || { say "$tool is required but not installed"; exit 1; }
 done
-command -v kubectl >/dev/null 2>&1 || { say "kubectl is required (the stand-in is tested with the real kubectl)"; exit 1; }
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
@@ -22,6 +22,12 @@ etcd_dir=$(scripts/ensure-etcd.sh) || { say "could not provision etcd (scripts/e
 export ETCD_STEWARD_ETCD_DIR="$etcd_dir"
 export PATH="$etcd_dir:$PATH"
 say "etcd from $etcd_dir: $("$etcd_dir/etcd" --version | head -1)"
+
+kube_dir=$(scripts/ensure-kube.sh) || { say "could not provision the Kubernetes binaries (scripts/ensure-kube.sh failed)"; exit 1; }
+export ETCD_STEWARD_KUBE_DIR="$kube_dir"
+# kubectl and helm from the same build, ahead of any older ones on PATH.
+export PATH="$kube_dir:$PATH"
+say "Kubernetes from $kube_dir: $("$kube_dir/kube-apiserver" --version)"
 
 say "cargo test (in a private mount namespace)"
 scripts/in-namespace.sh cargo test --workspace --no-fail-fast "$@"

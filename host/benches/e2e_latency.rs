@@ -110,7 +110,7 @@ fn main() {
         env.create_cluster("seven", 7).await;
         env.wait_available("seven", 7).await;
         let ctx = etcd_steward::cli::run::Operator::new(run_args())
-            .context(env.client.clone())
+            .context(env.operator_client.clone())
             .await
             .expect("a second context starts");
         let mut unreachable = Vec::new();

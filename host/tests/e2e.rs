@@ -485,18 +485,18 @@ fn two_replicas_elect_one_leader_and_hand_over_on_shutdown() {
                 lease_duration: std::time::Duration::from_secs(3),
                 renew_deadline: std::time::Duration::from_secs(2),
                 retry_period: std::time::Duration::from_millis(200),
-                ..LeaseConfig::new(NS, id)
+                ..LeaseConfig::new(OPERATOR_NS, id)
             });
             let metrics = op.metrics.clone();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let client = env.client.clone();
+            let client = env.operator_client.clone();
             let task = tokio::spawn(op.run(client, async {
                 let _ = stopped.await;
             }));
             (metrics, stop, task)
         };
         let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-            kube::Api::namespaced(env.client.clone(), NS);
+            kube::Api::namespaced(env.client.clone(), OPERATOR_NS);
         let holder = || async {
             leases
                 .get_opt("etcd-steward")
@@ -599,7 +599,7 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
         for rpc in Rpc::ALL {
             let op = Operator::new(run_args());
             op.faults.inject(Fault::fail(rpc, ProbeErrorKind::Timeout));
-            let ctx = op.context(env.client.clone()).await.unwrap();
+            let ctx = op.context(env.operator_client.clone()).await.unwrap();
             // Start from a stale "healthy" status, as the incident's cluster had.
             let stale = serde_json::json!({"status": {"readyMembers": 3, "conditions": [{
                 "type": "Available", "status": "True", "reason": "QuorumHealthy",

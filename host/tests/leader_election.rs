@@ -1,4 +1,4 @@
-//! Leader election against the API stand-in: one holder at a time, a
+//! Leader election against the real kube-apiserver: one holder at a time, a
 //! graceful release hands over at once, a silent leader is replaced only
 //! after the lease duration and then finds itself deposed.
 //!
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use etcd_steward::leader::{Candidate, LeaderError, LeaseConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use steward_testbed::ApiServer;
+use steward_testbed::{ControlPlane, FaultProxy};
 
 const EVENTUALLY: Duration = Duration::from_secs(60);
 
@@ -42,8 +42,8 @@ async fn transitions(client: &kube::Client) -> i32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_release_hands_over_and_a_silent_leader_is_deposed() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ApiServer::start(dir.path()).unwrap();
-    let client = server.client().await.unwrap();
+    let server = ControlPlane::start_api_only(dir.path()).await.unwrap();
+    let client = server.client();
     let mut a = Candidate::new(client.clone(), config("a"));
     let mut b = Candidate::new(client.clone(), config("b"));
 
@@ -99,19 +99,20 @@ async fn one_holder_at_a_time_release_hands_over_and_a_silent_leader_is_deposed(
     server.shutdown().await;
 }
 
-/// A stand-in and a candidate that leads on it.
-async fn a_leader() -> (ApiServer, Candidate, tempfile::TempDir) {
+/// An API server, a fault proxy in front of it, and a candidate that leads
+/// through the proxy.
+async fn a_leader() -> (ControlPlane, FaultProxy, Candidate, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let server = ApiServer::start(dir.path()).unwrap();
-    let client = server.client().await.unwrap();
-    let mut a = Candidate::new(client, config("a"));
+    let server = ControlPlane::start_api_only(dir.path()).await.unwrap();
+    let proxy = server.fault_proxy().await.unwrap();
+    let mut a = Candidate::new(proxy.client().unwrap(), config("a"));
     assert!(a.try_acquire_or_renew().await.unwrap());
-    (server, a, dir)
+    (server, proxy, a, dir)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_cannot_reach_the_api_gives_up_within_its_renew_deadline() {
-    let (server, mut a, _dir) = a_leader().await;
+    let (server, _proxy, mut a, _dir) = a_leader().await;
     server.shutdown().await;
     let lost = tokio::time::timeout(EVENTUALLY, a.keep_renewing()).await;
     assert!(
@@ -122,15 +123,15 @@ async fn a_leader_that_cannot_reach_the_api_gives_up_within_its_renew_deadline()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_api_calls_hang_gives_up_instead_of_leading_on() {
-    let (server, mut a, _dir) = a_leader().await;
+    let (server, proxy, mut a, _dir) = a_leader().await;
     // Every request now takes ten minutes: far past the lease duration, by
     // which time another replica may lead.
-    server.faults().set_latency(Duration::from_secs(600));
+    proxy.faults().set_latency(Duration::from_secs(600));
     let lost = tokio::time::timeout(EVENTUALLY, a.keep_renewing()).await;
     assert!(
         matches!(lost, Ok(LeaderError::Lost(_))),
         "a leader stuck on a hung renewal must stop leading"
     );
-    server.faults().set_latency(Duration::ZERO);
+    proxy.faults().set_latency(Duration::ZERO);
     server.shutdown().await;
 }

@@ -5,8 +5,6 @@ mod cluster;
 mod member;
 mod schema;
 mod status_patch;
-#[cfg(test)]
-mod validation_tests;
 
 pub use cluster::*;
 pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus, condition as member_condition};

@@ -1,6 +1,6 @@
-//! `etcd-steward sandbox`: the test control plane (API stand-in + local
-//! kubelet running real etcd) and the operator in one process, with an
-//! example EtcdCluster. For trying etcd-steward without a cluster; the
+//! `etcd-steward sandbox`: the test control plane (the real kube-apiserver,
+//! controller-manager and scheduler, and the local kubelet running real
+//! etcd) and the operator in one process, with an example EtcdCluster. For trying etcd-steward without a cluster; the
 //! operator inside is the same code `etcd-steward run` runs in-cluster.
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use steward_testbed::ControlPlane;
 
@@ -25,7 +25,7 @@ pub struct SandboxArgs {
     /// Members of the example EtcdCluster.
     #[arg(long, default_value_t = 3)]
     pub members: i32,
-    /// Start only the API stand-in and the kubelet (no operator, no example).
+    /// Start only the control plane and the kubelet (no operator, no example).
     #[arg(long)]
     pub control_plane_only: bool,
     /// Replay the seed incident: stop every member gracefully, print the
@@ -50,10 +50,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     let plane = ControlPlane::start(&dir).await?;
     let kubeconfig = publish_kubeconfig(&plane, &dir)?;
     let client = plane.client();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::api::crds() {
-        crds.create(&PostParams::default(), &crd).await?;
-    }
+    install_crds(&client).await?;
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let operator = Operator::new(RunArgs {
@@ -73,8 +70,14 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     }))?;
     clusters.create(&PostParams::default(), &example).await?;
 
-    println!("etcd-steward sandbox is running: API stand-in, local kubelet (real etcd), operator.");
+    println!(
+        "etcd-steward sandbox is running: kube-apiserver, controller-manager, scheduler, local kubelet (real etcd), operator."
+    );
     println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!(
+        "  export PATH={}:$PATH   # the kubectl built with this control plane",
+        plane.binaries().dir.display()
+    );
     println!("  kubectl get etcdclusters        # VERSION REPLICAS READY AVAILABLE VERIFIED AGE");
     println!("  kubectl get etcdmembers,pods");
     println!("  kubectl describe etcdcluster example");
@@ -95,6 +98,41 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     plane.shutdown().await;
     println!("sandbox stopped; no etcd left running.");
     outcome
+}
+
+/// Applies the CRDs (server-side, so a second run is a no-op) and waits
+/// until the apiserver serves them.
+async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crate::api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(
+            &name,
+            &PatchParams::apply("etcd-steward-sandbox").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("installing {name}"))?;
+        let start = Instant::now();
+        loop {
+            let got = crds.get(&name).await?;
+            let established = got
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(60),
+                "{name} was not Established within a minute"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
 }
 
 fn sandbox_run_args() -> RunArgs {

@@ -1,6 +1,9 @@
-//! The end-to-end environment: the test control plane (API stand-in +
-//! local kubelet running real etcd) and the operator, in-process, exactly as
-//! `etcd-steward run` would start it against a real cluster.
+//! The end-to-end environment: the test control plane (the real
+//! kube-apiserver, controller-manager and scheduler, and the local kubelet
+//! running real etcd) with deploy/'s CRDs and RBAC applied by the real
+//! kubectl, and the operator, in-process, exactly as `etcd-steward run`
+//! would start it against a real cluster: under its own ServiceAccount's
+//! RBAC, so a verb missing from deploy/rbac.yaml fails these tests.
 
 #![allow(dead_code)]
 
@@ -11,7 +14,6 @@ use std::time::{Duration, Instant};
 use etcd_steward::api::{EtcdCluster, EtcdMember};
 use etcd_steward::cli::run::{Operator, RunArgs};
 use etcd_steward::etcd::Faults;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use steward_testbed::ControlPlane;
@@ -20,13 +22,20 @@ use tokio::task::JoinHandle;
 
 pub const NS: &str = "default";
 
+/// The operator's namespace and ServiceAccount, as deploy/ installs them.
+pub const OPERATOR_NS: &str = "etcd-steward-system";
+pub const OPERATOR_SA: &str = "etcd-steward";
+
 /// A generous bound for "eventually": these are correctness tests, and a
 /// loaded 2-core CI machine must not turn them into timing tests.
 pub const EVENTUALLY: Duration = Duration::from_secs(120);
 
 pub struct Env {
     pub plane: ControlPlane,
+    /// An admin client, for the test's own reads and writes.
     pub client: Client,
+    /// The operator's identity: `system:serviceaccount:etcd-steward-system:etcd-steward`.
+    pub operator_client: Client,
     pub faults: Faults,
     operator: Option<(oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
     _dir: tempfile::TempDir,
@@ -43,7 +52,7 @@ pub fn run_args() -> RunArgs {
         metrics_addr: String::new(),
         crash_loop_threshold: 5,
         leader_elect: false,
-        leader_election_namespace: NS.into(),
+        leader_election_namespace: OPERATOR_NS.into(),
     }
 }
 
@@ -58,10 +67,22 @@ impl Env {
             .await
             .expect("the test control plane starts (run the tests through `make test`)");
         let client = plane.client();
-        install_crds(&client).await;
+        install(&plane).await;
+        let operator_client = plane
+            .client_as(
+                &format!("system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"),
+                &[
+                    "system:serviceaccounts",
+                    &format!("system:serviceaccounts:{OPERATOR_NS}"),
+                    "system:authenticated",
+                ],
+            )
+            .await
+            .expect("a client for the operator's ServiceAccount");
         let mut env = Env {
             plane,
             client,
+            operator_client,
             faults: Faults::new(),
             operator: None,
             _dir: dir,
@@ -80,7 +101,7 @@ impl Env {
         let mut op = Operator::new(run_args());
         op.faults = self.faults.clone();
         let (tx, rx) = oneshot::channel::<()>();
-        let client = self.client.clone();
+        let client = self.operator_client.clone();
         let task = tokio::spawn(async move {
             op.run(client, async {
                 let _ = rx.await;
@@ -289,13 +310,42 @@ impl ClusterWatch {
     }
 }
 
-async fn install_crds(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in etcd_steward::api::crds() {
-        api.create(&PostParams::default(), &crd)
-            .await
-            .expect("installing the CRDs");
+/// `kubectl apply` of the CRDs and of deploy/'s namespace and RBAC, exactly
+/// as the README installs them; then waits for the CRDs to be Established.
+async fn install(plane: &ControlPlane) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for file in ["crds/", "deploy/namespace.yaml", "deploy/rbac.yaml"] {
+        kubectl(plane, &["apply", "-f", &format!("{root}/{file}")]).await;
     }
+    kubectl(
+        plane,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=120s",
+            "crd/etcdclusters.etcd.steward.dev",
+            "crd/etcdmembers.etcd.steward.dev",
+        ],
+    )
+    .await;
+}
+
+/// Runs the real kubectl against the control plane; returns stdout, panics
+/// with stderr on failure.
+pub async fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(&plane.binaries().kubectl)
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig_path())
+        .env("HOME", plane.dir())
+        .output()
+        .await
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 pub fn condition<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a str> {

@@ -1,13 +1,18 @@
-//! etcd-steward's test control plane: a Kubernetes API stand-in and a local
-//! kubelet that runs real etcd processes. For tests and the local sandbox
-//! only; the operator never uses it in its in-cluster path.
+//! etcd-steward's test control plane: the real kube-apiserver,
+//! kube-controller-manager and kube-scheduler, a local kubelet that runs
+//! real etcd processes as the one Node, and a fault-injecting proxy. For
+//! tests and the local sandbox only; the operator never uses it in its
+//! in-cluster path. See docs/control-plane.md.
 
-pub mod apiserver;
+pub mod component;
 pub mod control_plane;
 pub mod etcd_bin;
+pub mod fault_proxy;
 pub mod hosts;
+pub mod kube_bin;
 pub mod kubelet;
 pub mod namespace;
+pub mod pki;
 
-pub use apiserver::ApiServer;
 pub use control_plane::{ControlPlane, run_control_plane_only};
+pub use fault_proxy::{FailWith, FaultProxy, Faults, Verb};

@@ -1,10 +1,10 @@
 //! `etcd-steward sandbox --control-plane-only`: runs until SIGTERM, then
-//! stops every etcd it started. Its own test binary, because the test sends
+//! stops every etcd it started and every control-plane process. Its own test binary, because the test sends
 //! SIGTERM to its own process (caught by the control plane's handler).
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use steward_testbed::kubelet::fixtures::StaticCluster;
@@ -16,7 +16,7 @@ async fn the_control_plane_runs_until_sigterm_and_leaves_no_etcd_behind() {
     let run = tokio::spawn(async move { steward_testbed::run_control_plane_only(&path).await });
 
     let kubeconfig = dir.path().join("kubeconfig");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     let client = loop {
         assert!(
             !run.is_finished(),
@@ -26,6 +26,7 @@ async fn the_control_plane_runs_until_sigterm_and_leaves_no_etcd_behind() {
         if let Ok(kc) = kube::config::Kubeconfig::read_from(&kubeconfig)
             && let Ok(cfg) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
             && let Ok(client) = kube::Client::try_from(cfg)
+            && Api::<Node>::all(client.clone()).get_opt("local").await.is_ok_and(|n| n.is_some())
         {
             break client;
         }
@@ -110,4 +111,17 @@ async fn the_control_plane_runs_until_sigterm_and_leaves_no_etcd_behind() {
         stat.is_empty() || state == Some("Z"),
         "etcd {pid} outlived the control plane: {stat}"
     );
+    // Every component names a file under the directory on its command line.
+    let dir = std::fs::canonicalize(dir.path()).unwrap();
+    let needle = dir.as_os_str().as_encoded_bytes();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        assert!(
+            !cmdline.windows(needle.len()).any(|w| w == needle),
+            "a process outlived the control plane: {}",
+            String::from_utf8_lossy(&cmdline).replace('\0', " ")
+        );
+    }
 }

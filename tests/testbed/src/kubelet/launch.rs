@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
@@ -268,7 +268,7 @@ fn container_env(
     Ok(env)
 }
 
-fn field(pod: &Pod, path: &str, ip: Ipv4Addr, host_ip: Ipv4Addr) -> Option<String> {
+pub(crate) fn field(pod: &Pod, path: &str, ip: Ipv4Addr, host_ip: Ipv4Addr) -> Option<String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let keyed = |prefix: &str, map: Option<&BTreeMap<String, String>>| -> Option<Option<String>> {
@@ -298,13 +298,6 @@ fn field(pod: &Pod, path: &str, ip: Ipv4Addr, host_ip: Ipv4Addr) -> Option<Strin
             .unwrap_or_default(),
         _ => return None,
     })
-}
-
-/// The path of a volumeMount inside `root` for a PVC-backed volume: per claim
-/// (by uid), so data survives a Pod recreated on the same claim and a claim
-/// recreated under the same name starts empty.
-pub fn claim_dir(root: &Path, namespace: &str, claim: &str, claim_uid: &str) -> PathBuf {
-    root.join("pvc").join(namespace).join(claim).join(claim_uid)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! A local kubelet: it watches Pods through the API like a real kubelet and
 //! runs the real etcd binary for each Pod whose container is etcd.
 //!
-//! It serves Pods with `spec.nodeName` unset or [`NODE_NAME`]. Each Pod gets
+//! It registers the Node [`NODE_NAME`], keeps its Lease alive, and runs the
+//! Pods the real scheduler bound to it. Each Pod gets
 //! its own loopback IP, its DNS names in the private `/etc/hosts`, per-claim
 //! data directories, real probes and an honest status. Fault verbs
 //! ([`Kubelet::kill`], [`Kubelet::freeze`], [`Kubelet::stop_node`], …) let
@@ -10,7 +11,10 @@
 mod addresses;
 pub mod fixtures;
 pub mod launch;
+mod node;
 pub mod probe;
+mod projected;
+pub mod provisioner;
 mod worker;
 
 use std::collections::{HashMap, HashSet};
@@ -34,13 +38,8 @@ use crate::etcd_bin::EtcdBinaries;
 use crate::hosts::HostsBlock;
 use worker::{Command, Worker};
 
-/// The node name this kubelet answers to (besides an unset `spec.nodeName`).
+/// The Node this kubelet registers and runs Pods for.
 pub const NODE_NAME: &str = "local";
-
-/// Added to every Pod the kubelet runs and removed once its process is gone,
-/// so a deleted Pod disappears from the API only after etcd has stopped (as
-/// with a real kubelet's graceful deletion).
-pub const FINALIZER: &str = "testbed.etcd-steward.dev/local-kubelet";
 
 /// Where Pod names are published.
 #[derive(Debug, Clone)]
@@ -63,6 +62,8 @@ pub struct KubeletConfig {
     pub max_restart_backoff: Duration,
     /// SIGKILL deadline after SIGTERM when the kubelet itself shuts down.
     pub shutdown_grace: Duration,
+    /// The API server's URL, for `KUBERNETES_SERVICE_HOST`/`PORT` in Pods.
+    pub api_server: Option<String>,
 }
 
 impl KubeletConfig {
@@ -75,6 +76,7 @@ impl KubeletConfig {
             restart_backoff: Duration::from_secs(1),
             max_restart_backoff: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            api_server: None,
         })
     }
 }
@@ -160,6 +162,7 @@ impl Node {
 pub struct Kubelet {
     node: Arc<Node>,
     watch_task: JoinHandle<()>,
+    heartbeat_task: JoinHandle<()>,
 }
 
 /// What tests may want to know about a Pod the kubelet runs.
@@ -175,7 +178,9 @@ pub struct PodInfo {
 }
 
 impl Kubelet {
-    /// Starts watching Pods through `client`.
+    /// Registers the Node and starts watching its Pods through `client`,
+    /// which should authenticate as `system:node:local` (the Node
+    /// authorizer and NodeRestriction then hold it to a kubelet's rights).
     pub async fn start(client: Client, config: KubeletConfig) -> Result<Self> {
         let hosts = match &config.hosts {
             HostsTarget::EtcHosts => HostsBlock::etc_hosts()?,
@@ -196,9 +201,15 @@ impl Kubelet {
             pods: Mutex::new(HashMap::new()),
             processes: Mutex::new(Processes::default()),
         });
+        node::register(&client).await?;
+        let heartbeat_task = tokio::spawn(node::heartbeat(client, node.up.subscribe()));
         let seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let watch_task = tokio::spawn(watch_pods(node.clone(), seq));
-        Ok(Kubelet { node, watch_task })
+        Ok(Kubelet {
+            node,
+            watch_task,
+            heartbeat_task,
+        })
     }
 
     /// The directory holding Pod directories and PVC data.
@@ -281,8 +292,10 @@ impl Kubelet {
 
     /// Stops the node gracefully: SIGTERM to every Pod's etcd (SIGKILL after
     /// its grace period), nothing restarted; etcd exits 0, so the Pods go
-    /// Succeeded. Returns once every process has exited. Pods created while
-    /// the node is stopped stay Pending until [`Kubelet::start_node`].
+    /// Succeeded. Returns once every process has exited. The Lease is no
+    /// longer renewed, so the node lifecycle controller marks the Node
+    /// NotReady after its grace period. Pods bound meanwhile stay Pending
+    /// until [`Kubelet::start_node`].
     pub async fn stop_node(&self) {
         self.node.up.send_replace(false);
         let mut acks = Vec::new();
@@ -419,6 +432,7 @@ impl Kubelet {
     /// file. Pods stay in the API as they were.
     pub async fn shutdown(self) {
         self.watch_task.abort();
+        self.heartbeat_task.abort();
         let mut acks = Vec::new();
         let mut tasks = Vec::new();
         {
@@ -448,6 +462,7 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.watch_task.abort();
+        self.heartbeat_task.abort();
         for e in self.node.pods.lock().unwrap().values_mut() {
             if let Some(t) = e.task.take() {
                 t.abort();
@@ -462,10 +477,12 @@ impl Drop for Kubelet {
     }
 }
 
-/// Whether this kubelet runs `pod`: scheduled here (or nowhere) and etcd.
+/// Whether this kubelet runs `pod`: the scheduler bound it here, and it is
+/// etcd. (The watch already selects this node's Pods; checked again because
+/// a Pod is the kubelet's only once bound.)
 fn is_ours(pod: &Pod) -> bool {
     let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    matches!(node, None | Some("") | Some(NODE_NAME)) && launch::etcd_container(pod).is_some()
+    node == Some(NODE_NAME) && launch::etcd_container(pod).is_some()
 }
 
 /// The DNS names a Pod gets from a headless Service named by its subdomain.
@@ -488,7 +505,8 @@ pub fn dns_names(pod: &Pod) -> Vec<String> {
 
 async fn watch_pods(node: Arc<Node>, seq: Arc<std::sync::atomic::AtomicU64>) {
     let api: Api<Pod> = Api::all(node.client.clone());
-    let mut events = watcher(api, watcher::Config::default())
+    let only_here = watcher::Config::default().fields(&format!("spec.nodeName={NODE_NAME}"));
+    let mut events = watcher(api, only_here)
         .default_backoff()
         .boxed();
     let mut listing: Option<HashSet<String>> = None;
@@ -540,15 +558,10 @@ fn on_apply(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) {
     if !is_ours(&pod) {
         return;
     }
-    let ours = pod
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == FINALIZER);
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) && !ours {
-        // Ended before this kubelet started; nothing to run or clean up.
+    if matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none() {
+        // Ended before this kubelet started; nothing to run. (A deleted one
+        // is adopted: only its kubelet may finish a bound Pod's deletion.)
         return;
     }
     if let Err(e) = adopt(node, seq, pod) {

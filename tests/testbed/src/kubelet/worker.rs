@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Container, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::launch::{self, LaunchPlan};
 use super::probe::{self, ProbeState, Verdict};
-use super::{FINALIZER, Node};
+use super::Node;
 
 /// Requests to a Pod's worker.
 pub(crate) enum Command {
@@ -188,8 +188,6 @@ impl Worker {
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         if self.pod.metadata.deletion_timestamp.is_some() {
             self.begin_delete().await;
-        } else if !self.gone {
-            self.add_finalizer().await;
         }
         while !self.done {
             self.publish().await;
@@ -332,9 +330,22 @@ impl Worker {
                 self.claim_dir(&pvc.claim_name).await?
             } else if volume.empty_dir.is_some() {
                 self.dir.join("volumes").join(&volume.name)
+            } else if let Some(projected) = &volume.projected {
+                let dir = self.dir.join("volumes").join(&volume.name);
+                super::projected::populate(
+                    &self.node.client,
+                    &self.pod,
+                    projected,
+                    &dir,
+                    self.ip,
+                    self.node.host_ip,
+                )
+                .await
+                .map_err(VolumeError::NotYet)?;
+                dir
             } else {
                 return Err(VolumeError::Unsupported(format!(
-                    "volume {:?}: only persistentVolumeClaim and emptyDir volumes are supported by the local kubelet",
+                    "volume {:?}: only persistentVolumeClaim, emptyDir and projected volumes are supported by the local kubelet",
                     volume.name
                 )));
             };
@@ -346,8 +357,8 @@ impl Worker {
         Ok(mounts)
     }
 
-    /// Finds the claim, binds it if nothing has (the local node is its own
-    /// provisioner), and returns its directory.
+    /// The directory of the volume bound to `claim`: the provisioner made a
+    /// `local` PersistentVolume for it and the PV controller bound it.
     async fn claim_dir(&self, claim: &str) -> Result<PathBuf, VolumeError> {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.node.client.clone(), &self.ns);
         let pvc = match api.get_opt(claim).await {
@@ -363,28 +374,50 @@ impl Worker {
                 )));
             }
         };
-        let uid = pvc.metadata.uid.clone().unwrap_or_default();
-        if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
-            let spec = pvc.spec.clone().unwrap_or_default();
-            let status = json!({"status": {
-                "phase": "Bound",
-                "accessModes": spec.access_modes,
-                "capacity": spec.resources.and_then(|r| r.requests),
-            }});
-            if let Err(e) = api
-                .patch_status(claim, &PatchParams::default(), &Patch::Merge(&status))
-                .await
-            {
-                tracing::warn!(
-                    "cannot mark persistentvolumeclaim {}/{claim} Bound: {e}",
-                    self.ns
-                );
-            }
+        let volume = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .filter(|v| !v.is_empty());
+        let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let Some(volume) = volume.filter(|_| bound) else {
+            return Err(VolumeError::NotYet(format!(
+                "persistentvolumeclaim {claim:?} is not bound yet"
+            )));
+        };
+        let pvs: Api<PersistentVolume> = Api::all(self.node.client.clone());
+        let pv = pvs.get(&volume).await.map_err(|e| {
+            VolumeError::NotYet(format!("reading persistentvolume {volume:?}: {e}"))
+        })?;
+        let spec = pv.spec.unwrap_or_default();
+        match (spec.local, spec.host_path) {
+            (Some(local), _) => Ok(PathBuf::from(local.path)),
+            (None, Some(host)) => Ok(PathBuf::from(host.path)),
+            (None, None) => Err(VolumeError::Unsupported(format!(
+                "persistentvolume {volume:?}: only local and hostPath volumes are supported by the local kubelet"
+            ))),
         }
-        Ok(launch::claim_dir(&self.node.root, &self.ns, claim, &uid))
     }
 
     // ----- running ----------------------------------------------------------
+
+    /// The variables every container gets for the `kubernetes` Service. A
+    /// real kubelet names the Service's ClusterIP; with no kube-proxy here
+    /// they name the API server's own address, which is what that IP
+    /// forwards to.
+    fn service_env(&self) -> Vec<(String, String)> {
+        let Some(url) = self.node.config.api_server.as_deref() else {
+            return Vec::new();
+        };
+        let hostport = url.trim_start_matches("https://");
+        let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "443"));
+        vec![
+            ("KUBERNETES_SERVICE_HOST".into(), host.into()),
+            ("KUBERNETES_SERVICE_PORT".into(), port.into()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.into()),
+            ("KUBERNETES_PORT".into(), format!("tcp://{host}:{port}")),
+        ]
+    }
 
     /// The node is up and the test does not hold this Pod back.
     fn may_start(&self) -> bool {
@@ -424,6 +457,7 @@ impl Worker {
                         .and_then(|s| s.hostname.clone())
                         .unwrap_or(self.name.clone()),
                 )
+                .envs(self.service_env())
                 .envs(plan.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(&self.dir)
                 .stdin(Stdio::null())
@@ -508,11 +542,12 @@ impl Worker {
             Err(_) => (-1, None),
         };
         let mut note = None;
-        if signal == Some(Signal::SIGTERM as i32) && self.stopping.is_some() {
+        if signal == Some(Signal::SIGTERM as i32) {
             // etcd handles SIGTERM by stopping cleanly and then re-raising it
             // on itself, unless it is PID 1, where it exits 0. In a container
             // it is PID 1; here it is not, so the exit a container would
-            // report for the SIGTERM we sent is 0.
+            // report for a SIGTERM is 0, whoever sent it (this kubelet, a
+            // node shutdown, an operator's `kill`).
             code = 0;
             signal = None;
             note = Some(
@@ -802,99 +837,28 @@ impl Worker {
         if self.gone {
             return;
         }
+        // As the kubelet's status manager: the process is gone, so the Pod
+        // may go without further grace; the uid precondition keeps a
+        // same-named successor safe.
         let api: Api<Pod> = Api::namespaced(self.node.client.clone(), &self.ns);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
         for _ in 0..5 {
-            match api.get_opt(&self.name).await {
-                Ok(Some(pod)) if pod.metadata.uid.as_deref() == Some(&self.uid) => {
-                    let mut finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
-                    if finalizers.iter().any(|f| f == FINALIZER) {
-                        finalizers.retain(|f| f != FINALIZER);
-                        let patch = json!({"metadata": {
-                            "finalizers": finalizers,
-                            "resourceVersion": pod.metadata.resource_version,
-                        }});
-                        if let Err(e) = api
-                            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-                            .await
-                        {
-                            tracing::debug!(
-                                "removing the kubelet finalizer of {}/{}: {e}",
-                                self.ns,
-                                self.name
-                            );
-                            continue;
-                        }
-                    }
-                    // Like the kubelet's final delete: the process is gone, so
-                    // no grace is needed any more.
-                    let dp = DeleteParams {
-                        grace_period_seconds: Some(0),
-                        ..Default::default()
-                    };
-                    match api.delete(&self.name, &dp).await {
-                        Ok(_) => return,
-                        Err(kube::Error::Api(s)) if s.code == 404 => return,
-                        Err(e) => tracing::debug!("deleting {}/{}: {e}", self.ns, self.name),
-                    }
-                }
+            match api.delete(&self.name, &dp).await {
                 Ok(_) => return,
-                Err(e) => tracing::debug!("reading {}/{}: {e}", self.ns, self.name),
+                // Gone, or a successor under the same name: nothing of ours.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return,
+                Err(e) => tracing::debug!("deleting {}/{}: {e}", self.ns, self.name),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         tracing::warn!("could not finish deleting {}/{}", self.ns, self.name);
-    }
-
-    async fn add_finalizer(&mut self) {
-        let api: Api<Pod> = Api::namespaced(self.node.client.clone(), &self.ns);
-        for _ in 0..5 {
-            let pod = match api.get_opt(&self.name).await {
-                Ok(Some(p)) if p.metadata.uid.as_deref() == Some(&self.uid) => p,
-                Ok(_) => {
-                    self.gone = true;
-                    self.deleting = true;
-                    return self.finalize().await;
-                }
-                Err(e) => {
-                    tracing::debug!("reading {}/{}: {e}", self.ns, self.name);
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-            };
-            let mut finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
-            let bound = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty());
-            let held = finalizers.iter().any(|f| f == FINALIZER);
-            if (held && bound) || pod.metadata.deletion_timestamp.is_some() {
-                return;
-            }
-            if !held {
-                finalizers.push(FINALIZER.to_string());
-            }
-            // Binding the Pod to this node, as a scheduler would, gives it the
-            // API server's graceful deletion (a deletionGracePeriodSeconds).
-            let mut patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pod.metadata.resource_version}});
-            if !bound {
-                patch["spec"] = json!({"nodeName": super::NODE_NAME});
-            }
-            match api
-                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::debug!("binding {}/{} to the local node: {e}", self.ns, self.name)
-                }
-            }
-        }
-        tracing::warn!(
-            "could not add the kubelet finalizer to {}/{}",
-            self.ns,
-            self.name
-        );
     }
 
     // ----- status -----------------------------------------------------------

@@ -1,0 +1,311 @@
+//! The committed CRDs, applied with the real kubectl to the real
+//! kube-apiserver: it accepts them (structural schema, CEL cost budget), and
+//! every schema and CEL rule on our own fields accepts one object and
+//! rejects another with the apiserver's own message.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use steward_testbed::ControlPlane;
+
+struct Crds {
+    plane: ControlPlane,
+    clusters: Api<DynamicObject>,
+    members: Api<DynamicObject>,
+    _dir: tempfile::TempDir,
+}
+
+async fn applied() -> Crds {
+    let dir = tempfile::tempdir().unwrap();
+    let plane = ControlPlane::start_api_only(dir.path())
+        .await
+        .expect("the control plane starts (run the tests through `make test`)");
+    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/");
+    let out = Command::new(&plane.binaries().kubectl)
+        .args(["apply", "--server-side", "-f", crds])
+        .env("KUBECONFIG", plane.kubeconfig_path())
+        .output()
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply -f crds/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let api: Api<CustomResourceDefinition> = Api::all(plane.client());
+    for name in [
+        "etcdclusters.etcd.steward.dev",
+        "etcdmembers.etcd.steward.dev",
+    ] {
+        established(&api, name).await;
+    }
+    let resource = |kind: &str, plural: &str| ApiResource {
+        group: "etcd.steward.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "etcd.steward.dev/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Crds {
+        clusters: Api::namespaced_with(
+            plane.client(),
+            "default",
+            &resource("EtcdCluster", "etcdclusters"),
+        ),
+        members: Api::namespaced_with(
+            plane.client(),
+            "default",
+            &resource("EtcdMember", "etcdmembers"),
+        ),
+        plane,
+        _dir: dir,
+    }
+}
+
+/// Waits for Established; a NonStructuralSchema or a rejected CEL rule would
+/// show up as a condition instead.
+async fn established(api: &Api<CustomResourceDefinition>, name: &str) {
+    let start = Instant::now();
+    loop {
+        let crd = api.get(name).await.unwrap();
+        let conditions = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        assert!(
+            !conditions
+                .iter()
+                .any(|c| c.type_ == "NonStructuralSchema" && c.status == "True"),
+            "{name}: {conditions:?}"
+        );
+        if conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{name} never Established: {conditions:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn cluster(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn member(name: &str, cluster: &str, bootstrap: bool) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdMember",
+        "metadata": {"name": name},
+        "spec": {
+            "cluster": cluster,
+            "version": "3.5.1",
+            "initialCluster": format!("{name}=http://{name}.{cluster}.default.svc:2380"),
+            "clusterToken": "t",
+            "bootstrap": bootstrap,
+        },
+    }))
+    .unwrap()
+}
+
+/// The apiserver's message for a rejected write; panics if it was accepted.
+fn rejected<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            s.message
+        }
+        other => panic!("expected a 422 rejection, got {other:?}"),
+    }
+}
+
+impl Crds {
+    async fn create(&self, name: &str, spec: Value) -> Result<DynamicObject, kube::Error> {
+        self.clusters
+            .create(&PostParams::default(), &cluster(name, spec))
+            .await
+    }
+
+    async fn patch_spec(&self, name: &str, spec: Value) -> Result<DynamicObject, kube::Error> {
+        self.clusters
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": spec})),
+            )
+            .await
+    }
+
+    async fn reject_create(&self, spec: Value, expected: &str) {
+        let message = rejected(self.create("rejected", spec.clone()).await);
+        assert!(
+            message.contains(expected),
+            "creating {spec}: expected {expected:?} in {message:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
+    let crds = applied().await;
+    // Accepted: a minimal cluster, defaulted by the apiserver from the schema.
+    let made = crds
+        .create("minimal", json!({"version": "3.5.1"}))
+        .await
+        .unwrap();
+    assert_eq!(made.data["spec"]["replicas"], 3, "{:?}", made.data);
+    assert_eq!(made.data["spec"]["storage"]["size"], "1Gi");
+    crds.create(
+        "full",
+        json!({"version": "3.5.1", "replicas": 5, "progressDeadlineSeconds": 1,
+               "storage": {"medium": "Memory", "size": "256Mi"},
+               "options": {"autoCompactionMode": "revision", "snapshotCount": 1, "quotaBackendBytes": 0}}),
+    )
+    .await
+    .unwrap();
+
+    let cases = [
+        (json!({"version": "3.5"}), r#"spec.version: Invalid value: "3.5": spec.version in body should match '^\d+\.\d+\.\d+$'"#),
+        (json!({}), "spec.version: Required value"),
+        (json!({"version": "3.5.1", "replicas": -1}), "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
+        (json!({"version": "3.5.1", "progressDeadlineSeconds": 0}), "spec.progressDeadlineSeconds in body should be greater than or equal to 1"),
+        (json!({"version": "3.5.1", "storage": {"medium": "Disk"}}), r#"spec.storage.medium: Unsupported value: "Disk": supported values: "", "Memory""#),
+        (json!({"version": "3.5.1", "options": {"autoCompactionMode": "hourly"}}), r#"spec.options.autoCompactionMode: Unsupported value: "hourly": supported values: "periodic", "revision""#),
+        (json!({"version": "3.5.1", "options": {"snapshotCount": 0}}), "spec.options.snapshotCount in body should be greater than or equal to 1"),
+        (json!({"version": "3.5.1", "options": {"quotaBackendBytes": -1}}), "spec.options.quotaBackendBytes in body should be greater than or equal to 0"),
+        (json!({"version": "3.5.1", "options": {"autoCompactionRetention": ""}}), "spec.options.autoCompactionRetention in body should be at least 1 chars long"),
+    ];
+    for (spec, expected) in cases {
+        crds.reject_create(spec, expected).await;
+    }
+    crds.plane.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
+    let crds = applied().await;
+    let cases = [
+        (
+            json!({"version": "3.5.1", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}),
+            "spec: Forbidden: spec.tls is not implemented yet (planned: client and peer TLS); remove it",
+        ),
+        (
+            json!({"version": "3.5.1", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
+            "spec: Forbidden: spec.auth is not implemented yet",
+        ),
+        (
+            json!({"version": "3.5.1", "bootstrap": {"restore": {"source": {"s3": {"bucket": "b", "key": "snap.db"}}}}}),
+            "spec: Forbidden: spec.bootstrap.restore is not implemented yet",
+        ),
+        (
+            json!({"version": "3.5.1", "replicas": 0, "storage": {"medium": "Memory", "size": "1Gi"}}),
+            "spec.replicas=0 with spec.storage.medium=Memory is unsupported",
+        ),
+        (
+            json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "0"}}),
+            "spec.storage.size must be greater than 0 when spec.storage.medium=Memory",
+        ),
+    ];
+    for (spec, expected) in cases {
+        crds.reject_create(spec, expected).await;
+    }
+    // The accepted side of each: the same specs without the forbidden part.
+    for (name, spec) in [
+        ("bootstrap", json!({"version": "3.5.1", "bootstrap": {}})),
+        ("paused", json!({"version": "3.5.1", "replicas": 0})),
+        ("memory", json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "1Mi"}})),
+    ] {
+        crds.create(name, spec).await.unwrap();
+    }
+    crds.plane.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
+    let crds = applied().await;
+    crds.create("pvc", json!({"version": "3.5.1", "storage": {"size": "1Gi"}}))
+        .await
+        .unwrap();
+    crds.create("memory", json!({"version": "3.5.1", "storage": {"medium": "Memory"}}))
+        .await
+        .unwrap();
+    crds.create("fast", json!({"version": "3.5.1", "storage": {"storageClassName": "fast"}}))
+        .await
+        .unwrap();
+
+    // Growing, equal quantities, scaling, upgrading, a policy change: fine.
+    crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}})).await.unwrap();
+    crds.patch_spec("pvc", json!({"storage": {"size": "2048Mi"}})).await.unwrap();
+    crds.patch_spec(
+        "pvc",
+        json!({"version": "3.5.2", "replicas": 5,
+               "statusPolicy": {"name": "strict", "settings": {"probeDeadlineMs": 1500}}}),
+    )
+    .await
+    .unwrap();
+    crds.patch_spec("fast", json!({"replicas": 1})).await.unwrap();
+
+    let message = rejected(crds.patch_spec("pvc", json!({"storage": {"size": "1Gi"}})).await);
+    assert!(message.contains("spec.storage.size cannot shrink (a PVC cannot shrink)"), "{message}");
+    let message = rejected(crds.patch_spec("pvc", json!({"storage": {"size": "2000Mi"}})).await);
+    assert!(message.contains("spec.storage.size cannot shrink"), "{message}");
+
+    let message = rejected(crds.patch_spec("pvc", json!({"storage": {"medium": "Memory"}})).await);
+    assert!(message.contains("spec.storage.medium is immutable"), "{message}");
+    let message = rejected(crds.patch_spec("memory", json!({"replicas": 0})).await);
+    assert!(message.contains("spec.replicas=0 with spec.storage.medium=Memory"), "{message}");
+
+    let class = "spec.storage.storageClassName cannot be added, removed or changed";
+    for (name, storage) in [
+        ("pvc", json!({"storageClassName": "fast"})),
+        ("fast", json!({"storageClassName": "slow"})),
+        ("fast", json!({"storageClassName": null})),
+        ("fast", json!({"storageClassName": ""})),
+    ] {
+        let message = rejected(crds.patch_spec(name, json!({"storage": storage})).await);
+        assert!(message.contains(class), "{name} {storage}: {message}");
+    }
+    crds.plane.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_etcdmember_keeps_its_cluster_and_seed_flag() {
+    let crds = applied().await;
+    let pp = PostParams::default();
+    crds.members.create(&pp, &member("main-0", "main", true)).await.unwrap();
+    let patch = |spec: Value| Patch::Merge(json!({"spec": spec}));
+    crds.members
+        .patch("main-0", &PatchParams::default(), &patch(json!({"dormant": true})))
+        .await
+        .unwrap();
+    let message = rejected(
+        crds.members
+            .patch("main-0", &PatchParams::default(), &patch(json!({"cluster": "other"})))
+            .await,
+    );
+    assert!(message.contains("spec.cluster is immutable"), "{message}");
+    let message = rejected(
+        crds.members
+            .patch("main-0", &PatchParams::default(), &patch(json!({"bootstrap": false})))
+            .await,
+    );
+    assert!(message.contains("spec.bootstrap is immutable"), "{message}");
+    crds.members
+        .delete("main-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    crds.plane.shutdown().await;
+}

@@ -1,0 +1,217 @@
+//! The local volume provisioner: an external provisioner in the sense of
+//! the Kubernetes storage docs, like rancher's local-path-provisioner.
+//!
+//! It owns the default StorageClass [`STORAGE_CLASS`] (WaitForFirstConsumer,
+//! reclaimPolicy Delete). The real parts do the rest: the scheduler picks
+//! the node and annotates the claim, the PV controller asks for a volume,
+//! this provisioner creates a `local` PersistentVolume on a directory under
+//! the kubelet's root, and the PV controller binds it. When the claim is
+//! deleted the PV controller marks the volume Released, and this
+//! provisioner deletes its directory and then the PV.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+/// The default StorageClass every claim without a class gets.
+pub const STORAGE_CLASS: &str = "standard";
+/// The provisioner name the StorageClass names.
+pub const PROVISIONER: &str = "testbed.etcd-steward.dev/local";
+
+const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
+const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+
+/// Where a claim's data lives: `<root>/pvc/<namespace>/<claim>/<claim uid>`.
+/// One directory per claim uid, so a claim recreated under the same name
+/// starts empty, as a new disk would.
+pub fn claim_dir(root: &Path, namespace: &str, claim: &str, claim_uid: &str) -> PathBuf {
+    root.join("pvc").join(namespace).join(claim).join(claim_uid)
+}
+
+/// The running provisioner; dropping it stops it.
+pub struct Provisioner {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Provisioner {
+    /// Installs the StorageClass and starts provisioning under `root`.
+    pub async fn start(client: Client, root: &Path) -> Result<Provisioner> {
+        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+        let root = std::fs::canonicalize(root)?;
+        let class: StorageClass = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+        }))?;
+        Api::<StorageClass>::all(client.clone())
+            .patch(
+                STORAGE_CLASS,
+                &PatchParams::apply("steward-testbed").force(),
+                &Patch::Apply(&class),
+            )
+            .await
+            .context("installing the default StorageClass")?;
+        let claims = tokio::spawn(provision_claims(client.clone(), root.clone()));
+        let volumes = tokio::spawn(reclaim_volumes(client, root));
+        Ok(Provisioner {
+            tasks: vec![claims, volumes],
+        })
+    }
+}
+
+impl Drop for Provisioner {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn provision_claims(client: Client, root: PathBuf) {
+    let api: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let mut claims = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(claim) = claims.next().await {
+        match claim {
+            Ok(claim) => {
+                if let Err(e) = provision(&client, &root, &claim).await {
+                    tracing::warn!(
+                        "provisioning a volume for {}/{}: {e:#}",
+                        claim.namespace().unwrap_or_default(),
+                        claim.name_any()
+                    );
+                }
+            }
+            Err(e) => tracing::debug!("claim watch: {e}"),
+        }
+    }
+}
+
+/// Creates the PV for a claim the PV controller handed to this provisioner
+/// once the scheduler has chosen its node; a claim already served is left
+/// alone (the PV's name is derived from the claim's uid).
+async fn provision(client: &Client, root: &Path, claim: &PersistentVolumeClaim) -> Result<()> {
+    let ann = claim.annotations();
+    let ours = [ANN_PROVISIONER, ANN_PROVISIONER_BETA]
+        .iter()
+        .any(|k| ann.get(*k).map(String::as_str) == Some(PROVISIONER));
+    let Some(node) = ann.get(ANN_SELECTED_NODE) else {
+        return Ok(());
+    };
+    let spec = claim.spec.clone().unwrap_or_default();
+    let bound = spec.volume_name.as_deref().is_some_and(|v| !v.is_empty());
+    if !ours || bound || claim.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let (ns, name, uid) = (
+        claim.namespace().unwrap_or_default(),
+        claim.name_any(),
+        claim.uid().unwrap_or_default(),
+    );
+    let dir = claim_dir(root, &ns, &name, &uid);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let size = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_else(|| "1Gi".into());
+    let capacity: BTreeMap<&str, String> = [("storage", size)].into();
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": format!("pvc-{uid}"),
+            "annotations": {ANN_PROVISIONED_BY: PROVISIONER},
+        },
+        "spec": {
+            "capacity": capacity,
+            "accessModes": spec.access_modes,
+            "volumeMode": spec.volume_mode.unwrap_or_else(|| "Filesystem".into()),
+            "storageClassName": spec.storage_class_name,
+            "persistentVolumeReclaimPolicy": "Delete",
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": ns,
+                "name": name,
+                "uid": uid,
+            },
+            "local": {"path": dir},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "kubernetes.io/hostname",
+                "operator": "In",
+                "values": [node],
+            }]}]}},
+        },
+    }))?;
+    match Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(claim = %format!("{ns}/{name}"), path = %dir.display(), "provisioned a local volume");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).context("creating the PersistentVolume"),
+    }
+}
+
+async fn reclaim_volumes(client: Client, root: PathBuf) {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    let mut volumes = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(pv) = volumes.next().await {
+        let Ok(pv) = pv else { continue };
+        if let Err(e) = reclaim(&api, &root, &pv).await {
+            tracing::warn!("reclaiming {}: {e:#}", pv.name_any());
+        }
+    }
+}
+
+/// Deletes the data of a Released volume of ours, then the volume.
+async fn reclaim(api: &Api<PersistentVolume>, root: &Path, pv: &PersistentVolume) -> Result<()> {
+    let ours = pv.annotations().get(ANN_PROVISIONED_BY).map(String::as_str) == Some(PROVISIONER);
+    let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    let spec = pv.spec.clone().unwrap_or_default();
+    let delete = spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete");
+    if !(ours && released && delete) || pv.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    if let Some(local) = spec.local {
+        let path = PathBuf::from(local.path);
+        // Only ever a directory this provisioner made.
+        if path.starts_with(root.join("pvc")) && path.exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("deleting {}", path.display()))?;
+        }
+    }
+    match api.delete(&pv.name_any(), &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e).context("deleting the PersistentVolume"),
+    }
+}

@@ -1,0 +1,143 @@
+//! The test control plane's certificates: one CA, made fresh for each
+//! control plane, that signs every serving and client certificate, plus the
+//! service-account signing key. Files are written the way kubeadm lays out
+//! `/etc/kubernetes/pki`, so the component flags read like a real cluster's.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+
+/// A certificate and its key, on disk and in memory.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// The CA of one control plane. Its key lives only in this struct and in
+/// `ca.key` under the control plane's directory, which goes with it.
+pub struct Pki {
+    dir: PathBuf,
+    ca: Issuer<'static, KeyPair>,
+    ca_cert: PathBuf,
+    ca_pem: String,
+}
+
+impl Pki {
+    /// Creates the CA under `dir` (`ca.crt`, `ca.key`).
+    pub fn create(dir: &Path) -> Result<Pki> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name("etcd-steward-testbed-ca", &[]);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().context("generating the CA key")?;
+        let cert = params.self_signed(&key).context("self-signing the CA")?;
+        let ca_pem = cert.pem();
+        let ca_cert = dir.join("ca.crt");
+        write(&ca_cert, &ca_pem)?;
+        write(&dir.join("ca.key"), &key.serialize_pem())?;
+        Ok(Pki {
+            dir: dir.to_path_buf(),
+            ca: Issuer::new(params, key),
+            ca_cert,
+            ca_pem,
+        })
+    }
+
+    pub fn ca_cert(&self) -> &Path {
+        &self.ca_cert
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A serving certificate `<file>.crt` for `hosts` (DNS names or IPs).
+    pub fn serving(&self, file: &str, cn: &str, hosts: &[&str]) -> Result<CertFiles> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(cn, &[]);
+        params.subject_alt_names = hosts
+            .iter()
+            .map(|h| match h.parse() {
+                Ok(ip) => Ok(SanType::IpAddress(ip)),
+                Err(_) => Ok(SanType::DnsName((*h).try_into()?)),
+            })
+            .collect::<Result<_, rcgen::Error>>()
+            .with_context(|| format!("the names of {file}"))?;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(file, params)
+    }
+
+    /// A client certificate: Kubernetes reads the user from the CN and the
+    /// groups from the O attributes.
+    pub fn client(&self, file: &str, user: &str, groups: &[&str]) -> Result<CertFiles> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(user, groups);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(file, params)
+    }
+
+    fn sign(&self, file: &str, mut params: CertificateParams) -> Result<CertFiles> {
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate().with_context(|| format!("generating the key of {file}"))?;
+        let cert = params
+            .signed_by(&key, &self.ca)
+            .with_context(|| format!("signing {file}"))?;
+        let files = CertFiles {
+            cert: self.dir.join(format!("{file}.crt")),
+            key: self.dir.join(format!("{file}.key")),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        };
+        write(&files.cert, &files.cert_pem)?;
+        write(&files.key, &files.key_pem)?;
+        Ok(files)
+    }
+
+    /// The key pair that signs service-account tokens (`sa.key`, `sa.pub`).
+    pub fn service_account_key(&self) -> Result<(PathBuf, PathBuf)> {
+        let key = KeyPair::generate().context("generating the service-account key")?;
+        let (private, public) = (self.dir.join("sa.key"), self.dir.join("sa.pub"));
+        write(&private, &key.serialize_pem())?;
+        write(&public, &key.public_key_pem())?;
+        Ok((private, public))
+    }
+}
+
+fn name(cn: &str, orgs: &[&str]) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    for o in orgs {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    dn.push(DnType::CommonName, cn);
+    dn
+}
+
+fn write(path: &Path, contents: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
