@@ -70,9 +70,9 @@ fn deploy_manifests_are_well_formed_and_rbac_names_real_resources() {
 
     let mut cluster_role = None;
     for file in [
-        "deploy/namespace.yaml",
-        "deploy/rbac.yaml",
-        "deploy/deployment.yaml",
+        "deploy/00-namespace.yaml",
+        "deploy/01-rbac.yaml",
+        "deploy/02-deployment.yaml",
     ] {
         let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
         let docs: Vec<serde_json::Value> =
@@ -100,7 +100,7 @@ fn deploy_manifests_are_well_formed_and_rbac_names_real_resources() {
         .map(|crd| crd.spec.names.plural)
         .collect();
     let rules = cluster_role
-        .expect("deploy/rbac.yaml has a ClusterRole")
+        .expect("deploy/01-rbac.yaml has a ClusterRole")
         .rules
         .unwrap();
     for rule in rules {
@@ -117,7 +117,7 @@ fn deploy_manifests_are_well_formed_and_rbac_names_real_resources() {
     }
 }
 
-/// The Helm chart grants exactly what deploy/rbac.yaml grants.
+/// The Helm chart grants exactly what deploy/01-rbac.yaml grants.
 #[test]
 fn helm_cluster_role_rules_match_the_plain_manifest() {
     fn rules_block(text: &str, after: &str) -> String {
@@ -126,7 +126,7 @@ fn helm_cluster_role_rules_match_the_plain_manifest() {
         let rules = &rules[rules.find("rules:").expect("it has rules")..];
         rules.split("\n---").next().unwrap().trim_end().to_owned()
     }
-    let plain = std::fs::read_to_string(repo_root().join("deploy/rbac.yaml")).unwrap();
+    let plain = std::fs::read_to_string(repo_root().join("deploy/01-rbac.yaml")).unwrap();
     let chart = std::fs::read_to_string(
         repo_root().join("deploy/helm/etcd-steward/templates/clusterrole.yaml"),
     )
@@ -134,7 +134,7 @@ fn helm_cluster_role_rules_match_the_plain_manifest() {
     assert_eq!(
         rules_block(&chart, "kind: ClusterRole\n"),
         rules_block(&plain, "kind: ClusterRole\n"),
-        "deploy/helm/etcd-steward/templates/clusterrole.yaml and deploy/rbac.yaml grant different rules"
+        "deploy/helm/etcd-steward/templates/clusterrole.yaml and deploy/01-rbac.yaml grant different rules"
     );
 }
 

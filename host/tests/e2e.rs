@@ -1,5 +1,5 @@
 //! End-to-end scenarios: the real operator, real etcd processes run by the
-//! local kubelet, the API stand-in. Run through `make test` (they need the
+//! local kubelet, the real Kubernetes control plane. Run through `make test` (they need the
 //! private mount namespace for Pod names).
 //!
 //! Each test waits with a generous bound: they assert what the status says
@@ -312,11 +312,20 @@ async fn replaced_after_disk_fault(name: &str, seed: bool, fault: DiskFault) {
         .etcdctl(&all, &["get", "/steward/e2e", "--print-value-only"])
         .await;
     assert_eq!(got.trim(), "kept");
+    // The broken member's volume goes with it: the garbage collector
+    // deletes the claim once its EtcdMember is gone, pvc-protection lets it
+    // go once no Pod uses it, and reclaimPolicy Delete removes the data.
     let pvcs: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(env.client.clone(), NS);
-    assert!(
-        pvcs.get_opt(&claim).await.unwrap().is_none(),
-        "the broken member's volume went with it"
-    );
+    let start = std::time::Instant::now();
+    while pvcs.get_opt(&claim).await.unwrap().is_some()
+        || !env.plane.kubelet().claim_dirs(NS, &claim).is_empty()
+    {
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "the broken member's claim {claim} or its data outlived it"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let events: kube::Api<k8s_openapi::api::events::v1::Event> =
         kube::Api::namespaced(env.client.clone(), NS);
     let events = events.list(&Default::default()).await.unwrap().items;

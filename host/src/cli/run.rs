@@ -155,10 +155,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let operator = Operator::new(args);
     if !operator.args.metrics_addr.is_empty() {
         let addr: SocketAddr = operator.args.metrics_addr.parse()?;
-        tokio::spawn(serve_metrics(addr, operator.metrics.clone()));
+        let metrics = operator.metrics.clone();
+        tokio::spawn(async move {
+            // Reconciling matters more than metrics: say so and go on.
+            if let Err(e) = serve_metrics(addr, metrics).await {
+                tracing::error!(%addr, error = %e, "cannot serve /metrics and /healthz");
+            }
+        });
     }
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    // Kubernetes stops a Pod with SIGTERM; a terminal sends SIGINT. Either
+    // way the operator stops cleanly and releases its Lease, so a rollout
+    // hands over at once instead of after the lease duration.
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = sigterm.recv() => {}
+        }
     };
     operator.run(client, shutdown).await
 }

@@ -3,7 +3,7 @@
 //! running real etcd) with deploy/'s CRDs and RBAC applied by the real
 //! kubectl, and the operator, in-process, exactly as `etcd-steward run`
 //! would start it against a real cluster: under its own ServiceAccount's
-//! RBAC, so a verb missing from deploy/rbac.yaml fails these tests.
+//! RBAC, so a verb missing from deploy/01-rbac.yaml fails these tests.
 
 #![allow(dead_code)]
 
@@ -93,6 +93,34 @@ impl Env {
 
     pub fn dir(&self) -> &Path {
         self.plane.dir()
+    }
+
+    /// The control plane alone, with nothing installed and no operator; the
+    /// kubelet runs the image `etcd-steward` as this build's binary, so
+    /// `deploy/` and the Helm chart can run the operator in-cluster.
+    pub async fn start_bare() -> Env {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let plane = ControlPlane::start_with(dir.path(), |k| {
+            k.images.push(steward_testbed::kubelet::launch::LocalImage {
+                repository: "etcd-steward".into(),
+                program: env!("CARGO_BIN_EXE_etcd-steward").into(),
+            })
+        })
+        .await
+        .expect("the test control plane starts (run the tests through `make test`)");
+        let client = plane.client();
+        Env {
+            operator_client: client.clone(),
+            plane,
+            client,
+            faults: Faults::new(),
+            operator: None,
+            _dir: dir,
+        }
     }
 
     /// Starts the operator (again). Faults injected in `self.faults` apply.
@@ -314,7 +342,7 @@ impl ClusterWatch {
 /// as the README installs them; then waits for the CRDs to be Established.
 async fn install(plane: &ControlPlane) {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    for file in ["crds/", "deploy/namespace.yaml", "deploy/rbac.yaml"] {
+    for file in ["crds/", "deploy/00-namespace.yaml", "deploy/01-rbac.yaml"] {
         kubectl(plane, &["apply", "-f", &format!("{root}/{file}")]).await;
     }
     kubectl(

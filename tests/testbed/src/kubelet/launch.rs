@@ -28,6 +28,10 @@ pub enum LaunchError {
     },
     #[error("container {container}: envFrom is not supported by the local kubelet")]
     EnvFrom { container: String },
+    #[error(
+        "container {container}: the local kubelet runs image {image} only with its entrypoint (no command)"
+    )]
+    NotEntrypoint { container: String, image: String },
 }
 
 /// Everything needed to spawn the container's process.
@@ -36,19 +40,47 @@ pub struct LaunchPlan {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// (local directory, mountPath) pairs bind-mounted in the process's own
+    /// mount namespace. Empty for etcd, whose paths are rewritten instead.
+    pub binds: Vec<(PathBuf, String)>,
+}
+
+/// An image the kubelet runs as a local program: the operator's image maps
+/// to the binary built from this tree, which is what that image contains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalImage {
+    /// The repository part of the image reference (`etcd-steward` in
+    /// `etcd-steward:0.1.0` or `example.com/etcd-steward@sha256:…`).
+    pub repository: String,
+    /// The image's entrypoint, as a local executable.
+    pub program: PathBuf,
 }
 
 /// The container the kubelet runs for this Pod: the first whose image or
-/// program is etcd.
+/// program is etcd, or whose image is one of `images`.
+pub fn runnable_container<'a>(pod: &'a Pod, images: &[LocalImage]) -> Option<&'a Container> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| is_etcd(c) || local_image(c, images).is_some())
+}
+
+/// The container of `pod` that is etcd, if any.
 pub fn etcd_container(pod: &Pod) -> Option<&Container> {
     pod.spec.as_ref()?.containers.iter().find(|c| is_etcd(c))
+}
+
+fn local_image<'a>(c: &Container, images: &'a [LocalImage]) -> Option<&'a LocalImage> {
+    let name = image_name(c.image.as_deref()?);
+    images.iter().find(|i| i.repository == name)
 }
 
 fn is_etcd(c: &Container) -> bool {
     let image_says = c
         .image
         .as_deref()
-        .is_some_and(|i| image_name(i).contains("etcd"));
+        .is_some_and(|i| image_name(i) == "etcd");
     let program_says = c
         .command
         .as_ref()
@@ -77,9 +109,36 @@ pub fn plan(
     host_ip: Ipv4Addr,
     mounts: &[(String, PathBuf)],
     bins: &EtcdBinaries,
+    images: &[LocalImage],
 ) -> Result<LaunchPlan, LaunchError> {
     let env = container_env(pod, container, ip, host_ip)?;
     let vars: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    if let Some(image) = local_image(container, images) {
+        // A program of our own, not etcd: its arguments stay as written and
+        // its volumes are mounted where it expects them, as in a container.
+        if container.command.as_ref().is_some_and(|c| !c.is_empty()) {
+            return Err(LaunchError::NotEntrypoint {
+                container: container.name.clone(),
+                image: image.repository.clone(),
+            });
+        }
+        let args = container
+            .args
+            .iter()
+            .flatten()
+            .map(|a| expand(a, &vars))
+            .collect();
+        let binds = mounts
+            .iter()
+            .map(|(path, local)| (local.clone(), path.clone()))
+            .collect();
+        return Ok(LaunchPlan {
+            program: image.program.clone(),
+            args,
+            env,
+            binds,
+        });
+    }
 
     let mut words: Vec<String> = container.command.clone().unwrap_or_default();
     let program = if words.is_empty() {
@@ -136,7 +195,12 @@ pub fn plan(
             (k, v)
         })
         .collect();
-    Ok(LaunchPlan { program, args, env })
+    Ok(LaunchPlan {
+        program,
+        args,
+        env,
+        binds: Vec::new(),
+    })
 }
 
 fn is_listen_flag(flag: &str) -> bool {
@@ -356,6 +420,7 @@ mod tests {
             Ipv4Addr::LOCALHOST,
             &[("/var/lib/etcd".into(), "/k/pvc/data".into())],
             &bins(),
+            &[],
         )
         .unwrap();
         assert_eq!(plan.program, PathBuf::from("/opt/etcd/etcd"));
@@ -391,6 +456,7 @@ mod tests {
             Ipv4Addr::LOCALHOST,
             &[],
             &bins(),
+            &[],
         )
         .unwrap_err();
         assert_eq!(
@@ -420,9 +486,41 @@ mod tests {
             Ipv4Addr::LOCALHOST,
             &[],
             &bins(),
+            &[],
         )
         .unwrap_err();
         assert!(err.to_string().contains("env PASS: secretKeyRef"), "{err}");
+    }
+
+    #[test]
+    fn a_local_image_runs_its_program_with_its_volumes_mounted_where_it_expects_them() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "op-1", "namespace": "system"},
+            "spec": {"containers": [{
+                "name": "operator", "image": "registry.example/etcd-steward:0.1.0",
+                "args": ["run", "--leader-elect", "--name=$(POD_NAME)"],
+                "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            }]}
+        }))
+        .unwrap();
+        let images = [LocalImage {
+            repository: "etcd-steward".into(),
+            program: "/build/etcd-steward".into(),
+        }];
+        assert!(etcd_container(&pod).is_none());
+        let c = runnable_container(&pod, &images).expect("the mapped image is runnable");
+        let mounts = [("/tmp".to_string(), PathBuf::from("/k/pods/op/volumes/tmp"))];
+        let plan = plan(&pod, c, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &mounts, &bins(), &images).unwrap();
+        assert_eq!(plan.program, PathBuf::from("/build/etcd-steward"));
+        assert_eq!(plan.args, ["run", "--leader-elect", "--name=op-1"]);
+        assert_eq!(plan.binds, [(PathBuf::from("/k/pods/op/volumes/tmp"), "/tmp".to_string())]);
+        assert!(runnable_container(&pod, &[]).is_none(), "unmapped images are not run");
+
+        let mut with_command = pod.clone();
+        with_command.spec.as_mut().unwrap().containers[0].command = Some(vec!["/bin/sh".into()]);
+        let c = runnable_container(&with_command, &images).unwrap();
+        let err = plan(&with_command, c, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &[], &bins(), &images).unwrap_err();
+        assert!(matches!(err, LaunchError::NotEntrypoint { .. }), "{err}");
     }
 
     #[test]

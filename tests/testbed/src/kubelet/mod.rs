@@ -11,6 +11,7 @@
 mod addresses;
 pub mod fixtures;
 pub mod launch;
+mod mounts;
 mod node;
 pub mod probe;
 mod projected;
@@ -64,6 +65,8 @@ pub struct KubeletConfig {
     pub shutdown_grace: Duration,
     /// The API server's URL, for `KUBERNETES_SERVICE_HOST`/`PORT` in Pods.
     pub api_server: Option<String>,
+    /// Images run as local programs besides etcd (the operator's).
+    pub images: Vec<launch::LocalImage>,
 }
 
 impl KubeletConfig {
@@ -77,6 +80,7 @@ impl KubeletConfig {
             max_restart_backoff: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             api_server: None,
+            images: Vec::new(),
         })
     }
 }
@@ -478,11 +482,11 @@ impl Drop for Kubelet {
 }
 
 /// Whether this kubelet runs `pod`: the scheduler bound it here, and it is
-/// etcd. (The watch already selects this node's Pods; checked again because
-/// a Pod is the kubelet's only once bound.)
-fn is_ours(pod: &Pod) -> bool {
+/// etcd or a mapped image. (The watch already selects this node's Pods;
+/// checked again because a Pod is the kubelet's only once bound.)
+fn is_ours(pod: &Pod, images: &[launch::LocalImage]) -> bool {
     let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    node == Some(NODE_NAME) && launch::etcd_container(pod).is_some()
+    node == Some(NODE_NAME) && launch::runnable_container(pod, images).is_some()
 }
 
 /// The DNS names a Pod gets from a headless Service named by its subdomain.
@@ -555,7 +559,7 @@ fn on_apply(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) {
         let _ = tx.send(Command::Update(Box::new(pod)));
         return;
     }
-    if !is_ours(&pod) {
+    if !is_ours(&pod, &node.config.images) {
         return;
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -577,7 +581,7 @@ fn adopt(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) -> Resu
         .clone()
         .unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let container = launch::etcd_container(&pod)
+    let container = launch::runnable_container(&pod, &node.config.images)
         .cloned()
         .context("no etcd container")?;
     let ip = addresses::allocate()?;

@@ -278,6 +278,7 @@ impl Worker {
                     host_ip,
                     &mounts,
                     &self.node.bins,
+                    &self.node.config.images,
                 ) {
                     Ok(plan) => {
                         for (_, dir) in &mounts {
@@ -467,10 +468,15 @@ impl Worker {
                 // reaches the kubelet, which then stops etcd in order.
                 .process_group(0)
                 .kill_on_drop(true);
-            // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+            let mut mounts = super::mounts::Private::new(&plan.binds)?;
+            // SAFETY: prctl, unshare, mount and mkdir are async-signal-safe
+            // system calls on memory prepared before the fork; nothing else
+            // runs in the child.
             unsafe {
-                cmd.pre_exec(|| {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+                cmd.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                        .map_err(std::io::Error::from)?;
+                    mounts.enter()
                 });
             }
             cmd.spawn()
@@ -502,11 +508,16 @@ impl Worker {
                     .map(|p| ProbeState::new(p, started));
                 self.ready = self.readiness.is_none();
                 self.phase = "Running";
-                tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started etcd");
+                tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started the container");
             }
             Err(e) => {
                 let message = format!("starting {}: {e}", plan.program.display());
                 tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
+                // Where a user looks first; the status keeps only the reason.
+                if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&self.log_path) {
+                    use std::io::Write;
+                    let _ = writeln!(log, "--- steward-testbed kubelet: {message}");
+                }
                 if self.restart_policy() != "Never" {
                     self.waiting = ("RunContainerError".into(), Some(message));
                     self.schedule_restart();
@@ -575,7 +586,7 @@ impl Worker {
         if let Some(note) = note {
             terminated["message"] = json!(note);
         }
-        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ?pid, code, ?signal, "etcd exited");
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ?pid, code, ?signal, "the container exited");
         self.terminated = Some(json!({ "terminated": terminated }));
         self.last_exit = Some(code);
         for w in self.exit_waiters.drain(..) {
@@ -902,7 +913,13 @@ impl Worker {
         let container = json!({
             "name": self.container.name,
             "image": self.container.image.clone().unwrap_or_default(),
-            "imageID": format!("local://{}", self.node.bins.etcd.display()),
+            "imageID": format!(
+                "local://{}",
+                self.plan
+                    .as_ref()
+                    .map_or(self.node.bins.etcd.as_path(), |p| p.program.as_path())
+                    .display()
+            ),
             "containerID": self.pid.map(|p| format!("local://{p}")),
             "ready": ready,
             "started": self.child.is_some(),
@@ -927,7 +944,6 @@ impl Worker {
             "podIPs": [{"ip": ip}],
             "startTime": self.start_time.to_string(),
             "containerStatuses": [container],
-            "qosClass": "BestEffort",
         })
     }
 
