@@ -178,15 +178,39 @@ async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
     .unwrap();
 
     let cases = [
-        (json!({"version": "3.5"}), r#"spec.version: Invalid value: "3.5": spec.version in body should match '^\d+\.\d+\.\d+$'"#),
+        (
+            json!({"version": "3.5"}),
+            r#"spec.version: Invalid value: "3.5": spec.version in body should match '^\d+\.\d+\.\d+$'"#,
+        ),
         (json!({}), "spec.version: Required value"),
-        (json!({"version": "3.5.1", "replicas": -1}), "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
-        (json!({"version": "3.5.1", "progressDeadlineSeconds": 0}), "spec.progressDeadlineSeconds in body should be greater than or equal to 1"),
-        (json!({"version": "3.5.1", "storage": {"medium": "Disk"}}), r#"spec.storage.medium: Unsupported value: "Disk": supported values: "", "Memory""#),
-        (json!({"version": "3.5.1", "options": {"autoCompactionMode": "hourly"}}), r#"spec.options.autoCompactionMode: Unsupported value: "hourly": supported values: "periodic", "revision""#),
-        (json!({"version": "3.5.1", "options": {"snapshotCount": 0}}), "spec.options.snapshotCount in body should be greater than or equal to 1"),
-        (json!({"version": "3.5.1", "options": {"quotaBackendBytes": -1}}), "spec.options.quotaBackendBytes in body should be greater than or equal to 0"),
-        (json!({"version": "3.5.1", "options": {"autoCompactionRetention": ""}}), "spec.options.autoCompactionRetention in body should be at least 1 chars long"),
+        (
+            json!({"version": "3.5.1", "replicas": -1}),
+            "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+        ),
+        (
+            json!({"version": "3.5.1", "progressDeadlineSeconds": 0}),
+            "spec.progressDeadlineSeconds in body should be greater than or equal to 1",
+        ),
+        (
+            json!({"version": "3.5.1", "storage": {"medium": "Disk"}}),
+            r#"spec.storage.medium: Unsupported value: "Disk": supported values: "", "Memory""#,
+        ),
+        (
+            json!({"version": "3.5.1", "options": {"autoCompactionMode": "hourly"}}),
+            r#"spec.options.autoCompactionMode: Unsupported value: "hourly": supported values: "periodic", "revision""#,
+        ),
+        (
+            json!({"version": "3.5.1", "options": {"snapshotCount": 0}}),
+            "spec.options.snapshotCount in body should be greater than or equal to 1",
+        ),
+        (
+            json!({"version": "3.5.1", "options": {"quotaBackendBytes": -1}}),
+            "spec.options.quotaBackendBytes in body should be greater than or equal to 0",
+        ),
+        (
+            json!({"version": "3.5.1", "options": {"autoCompactionRetention": ""}}),
+            "spec.options.autoCompactionRetention in body should be at least 1 chars long",
+        ),
     ];
     for (spec, expected) in cases {
         crds.reject_create(spec, expected).await;
@@ -226,7 +250,10 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
     for (name, spec) in [
         ("bootstrap", json!({"version": "3.5.1", "bootstrap": {}})),
         ("paused", json!({"version": "3.5.1", "replicas": 0})),
-        ("memory", json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "1Mi"}})),
+        (
+            "memory",
+            json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "1Mi"}}),
+        ),
     ] {
         crds.create(name, spec).await.unwrap();
     }
@@ -236,19 +263,32 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
 #[tokio::test]
 async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     let crds = applied().await;
-    crds.create("pvc", json!({"version": "3.5.1", "storage": {"size": "1Gi"}}))
-        .await
-        .unwrap();
-    crds.create("memory", json!({"version": "3.5.1", "storage": {"medium": "Memory"}}))
-        .await
-        .unwrap();
-    crds.create("fast", json!({"version": "3.5.1", "storage": {"storageClassName": "fast"}}))
-        .await
-        .unwrap();
+    crds.create(
+        "pvc",
+        json!({"version": "3.5.1", "storage": {"size": "1Gi"}}),
+    )
+    .await
+    .unwrap();
+    crds.create(
+        "memory",
+        json!({"version": "3.5.1", "storage": {"medium": "Memory"}}),
+    )
+    .await
+    .unwrap();
+    crds.create(
+        "fast",
+        json!({"version": "3.5.1", "storage": {"storageClassName": "fast"}}),
+    )
+    .await
+    .unwrap();
 
     // Growing, equal quantities, scaling, upgrading, a policy change: fine.
-    crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}})).await.unwrap();
-    crds.patch_spec("pvc", json!({"storage": {"size": "2048Mi"}})).await.unwrap();
+    crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}}))
+        .await
+        .unwrap();
+    crds.patch_spec("pvc", json!({"storage": {"size": "2048Mi"}}))
+        .await
+        .unwrap();
     crds.patch_spec(
         "pvc",
         json!({"version": "3.5.2", "replicas": 5,
@@ -256,17 +296,40 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     )
     .await
     .unwrap();
-    crds.patch_spec("fast", json!({"replicas": 1})).await.unwrap();
+    crds.patch_spec("fast", json!({"replicas": 1}))
+        .await
+        .unwrap();
 
-    let message = rejected(crds.patch_spec("pvc", json!({"storage": {"size": "1Gi"}})).await);
-    assert!(message.contains("spec.storage.size cannot shrink (a PVC cannot shrink)"), "{message}");
-    let message = rejected(crds.patch_spec("pvc", json!({"storage": {"size": "2000Mi"}})).await);
-    assert!(message.contains("spec.storage.size cannot shrink"), "{message}");
+    let message = rejected(
+        crds.patch_spec("pvc", json!({"storage": {"size": "1Gi"}}))
+            .await,
+    );
+    assert!(
+        message.contains("spec.storage.size cannot shrink (a PVC cannot shrink)"),
+        "{message}"
+    );
+    let message = rejected(
+        crds.patch_spec("pvc", json!({"storage": {"size": "2000Mi"}}))
+            .await,
+    );
+    assert!(
+        message.contains("spec.storage.size cannot shrink"),
+        "{message}"
+    );
 
-    let message = rejected(crds.patch_spec("pvc", json!({"storage": {"medium": "Memory"}})).await);
-    assert!(message.contains("spec.storage.medium is immutable"), "{message}");
+    let message = rejected(
+        crds.patch_spec("pvc", json!({"storage": {"medium": "Memory"}}))
+            .await,
+    );
+    assert!(
+        message.contains("spec.storage.medium is immutable"),
+        "{message}"
+    );
     let message = rejected(crds.patch_spec("memory", json!({"replicas": 0})).await);
-    assert!(message.contains("spec.replicas=0 with spec.storage.medium=Memory"), "{message}");
+    assert!(
+        message.contains("spec.replicas=0 with spec.storage.medium=Memory"),
+        "{message}"
+    );
 
     let class = "spec.storage.storageClassName cannot be added, removed or changed";
     for (name, storage) in [
@@ -285,21 +348,36 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
 async fn an_etcdmember_keeps_its_cluster_and_seed_flag() {
     let crds = applied().await;
     let pp = PostParams::default();
-    crds.members.create(&pp, &member("main-0", "main", true)).await.unwrap();
+    crds.members
+        .create(&pp, &member("main-0", "main", true))
+        .await
+        .unwrap();
     let patch = |spec: Value| Patch::Merge(json!({"spec": spec}));
     crds.members
-        .patch("main-0", &PatchParams::default(), &patch(json!({"dormant": true})))
+        .patch(
+            "main-0",
+            &PatchParams::default(),
+            &patch(json!({"dormant": true})),
+        )
         .await
         .unwrap();
     let message = rejected(
         crds.members
-            .patch("main-0", &PatchParams::default(), &patch(json!({"cluster": "other"})))
+            .patch(
+                "main-0",
+                &PatchParams::default(),
+                &patch(json!({"cluster": "other"})),
+            )
             .await,
     );
     assert!(message.contains("spec.cluster is immutable"), "{message}");
     let message = rejected(
         crds.members
-            .patch("main-0", &PatchParams::default(), &patch(json!({"bootstrap": false})))
+            .patch(
+                "main-0",
+                &PatchParams::default(),
+                &patch(json!({"bootstrap": false})),
+            )
             .await,
     );
     assert!(message.contains("spec.bootstrap is immutable"), "{message}");

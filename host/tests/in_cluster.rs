@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use support::*;
 
 /// The names of the operator's live (not terminating) Pods.
@@ -42,7 +42,14 @@ async fn leader_pod(env: &Env) -> Option<String> {
 
 async fn rollout_status(env: &Env, deployment: &str) {
     let out = tokio::process::Command::new(&env.plane.binaries().kubectl)
-        .args(["rollout", "status", &format!("deployment/{deployment}"), "-n", OPERATOR_NS, "--timeout=300s"])
+        .args([
+            "rollout",
+            "status",
+            &format!("deployment/{deployment}"),
+            "-n",
+            OPERATOR_NS,
+            "--timeout=300s",
+        ])
         .env("KUBECONFIG", env.plane.kubeconfig_path())
         .env("HOME", env.dir())
         .output()
@@ -101,11 +108,20 @@ async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str) {
     env.wait_available(name, 3).await;
     let before = operator_pods(env).await;
     let leader = leader_pod(env).await.expect("a replica leads");
-    assert!(before.contains(&leader), "{leader} is not one of {before:?}");
+    assert!(
+        before.contains(&leader),
+        "{leader} is not one of {before:?}"
+    );
 
     kubectl(
         &env.plane,
-        &["rollout", "restart", &format!("deployment/{deployment}"), "-n", OPERATOR_NS],
+        &[
+            "rollout",
+            "restart",
+            &format!("deployment/{deployment}"),
+            "-n",
+            OPERATOR_NS,
+        ],
     )
     .await;
     rollout_status(env, deployment).await;

@@ -63,7 +63,15 @@ fn kubectl_applies_waits_lists_describes_and_explains_a_cluster() {
         let listed = k(&["get", "etcdclusters"]).await;
         assert_eq!(
             row(&listed, "NAME"),
-            ["NAME", "VERSION", "REPLICAS", "READY", "AVAILABLE", "VERIFIED", "AGE"],
+            [
+                "NAME",
+                "VERSION",
+                "REPLICAS",
+                "READY",
+                "AVAILABLE",
+                "VERIFIED",
+                "AGE"
+            ],
             "{listed}"
         );
         assert_eq!(
@@ -72,7 +80,11 @@ fn kubectl_applies_waits_lists_describes_and_explains_a_cluster() {
             "{listed}"
         );
         let members = k(&["get", "etcdmembers"]).await;
-        assert_eq!(row(&members, "NAME")[..4], ["NAME", "CLUSTER", "VERSION", "READY"], "{members}");
+        assert_eq!(
+            row(&members, "NAME")[..4],
+            ["NAME", "CLUSTER", "VERSION", "READY"],
+            "{members}"
+        );
         assert_eq!(
             members.lines().filter(|l| l.starts_with("shown-")).count(),
             3,
@@ -119,11 +131,23 @@ fn kubectl_applies_waits_lists_describes_and_explains_a_cluster() {
         // Re-applying the same file changes nothing; a new replica count does.
         let again = kubectl(&env.plane, &["apply", "--server-side", "-f", &file]).await;
         assert!(again.contains("serverside-applied"), "{again}");
-        let replicas = k(&["get", "etcdcluster", "shown", "-o", "jsonpath={.spec.replicas}"]).await;
+        let replicas = k(&[
+            "get",
+            "etcdcluster",
+            "shown",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ])
+        .await;
         assert_eq!(replicas, "3");
 
         let explained = k(&["explain", "etcdcluster.spec"]).await;
-        for needle in ["GROUP:      etcd.steward.dev", "KIND:       EtcdCluster", "replicas", "version"] {
+        for needle in [
+            "GROUP:      etcd.steward.dev",
+            "KIND:       EtcdCluster",
+            "replicas",
+            "version",
+        ] {
             assert!(explained.contains(needle), "no {needle:?} in:\n{explained}");
         }
         let field = k(&["explain", "etcdcluster.spec.replicas"]).await;

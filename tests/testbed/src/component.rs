@@ -26,7 +26,8 @@ impl Component {
     /// Starts `program args…` with its output in `dir/<name>.log`.
     pub fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path) -> Result<Self> {
         let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let mut cmd = std::process::Command::new(program);
         cmd.args(args)

@@ -114,9 +114,17 @@ impl ControlPlane {
             &apiserver_args(&certs, &etcd.1, port),
             &dir,
         )?;
-        let admin = certs.pki.client("admin", "kubernetes-admin", &["system:masters"])?;
+        let admin = certs
+            .pki
+            .client("admin", "kubernetes-admin", &["system:masters"])?;
         let kubeconfig = dir.join("kubeconfig");
-        write_kubeconfig(&kubeconfig, &url, certs.pki.ca_cert(), &admin, "kubernetes-admin")?;
+        write_kubeconfig(
+            &kubeconfig,
+            &url,
+            certs.pki.ca_cert(),
+            &admin,
+            "kubernetes-admin",
+        )?;
         let client = client_for(&kubeconfig, None).await?;
         apiserver
             .wait_ready(READY_TIMEOUT, || readyz(&client))
@@ -150,10 +158,11 @@ impl ControlPlane {
                     .await
                     .context("starting the local volume provisioner")?,
             );
-            let node_cert = plane
-                .certs
-                .pki
-                .client("kubelet", "system:node:local", &["system:nodes"])?;
+            let node_cert =
+                plane
+                    .certs
+                    .pki
+                    .client("kubelet", "system:node:local", &["system:nodes"])?;
             let node_kubeconfig = dir.join("kubelet.kubeconfig");
             write_kubeconfig(
                 &node_kubeconfig,
@@ -240,7 +249,10 @@ impl ControlPlane {
     /// A fault-injecting proxy in front of this API server, acting as its
     /// admin (see [`crate::fault_proxy`]).
     pub async fn fault_proxy(&self) -> Result<FaultProxy> {
-        let admin = self.certs.pki.client("fault-proxy", "fault-proxy", &["system:masters"])?;
+        let admin = self
+            .certs
+            .pki
+            .client("fault-proxy", "fault-proxy", &["system:masters"])?;
         FaultProxy::start(&self.url, self.certs.pki.ca_cert(), &admin.cert, &admin.key).await
     }
 
@@ -380,7 +392,12 @@ async fn start_controller_manager(
         format!("--service-cluster-ip-range={SERVICE_CIDR}"),
         "--profiling=false".into(),
     ];
-    let mut cm = Component::spawn("kube-controller-manager", &bins.controller_manager, &args, dir)?;
+    let mut cm = Component::spawn(
+        "kube-controller-manager",
+        &bins.controller_manager,
+        &args,
+        dir,
+    )?;
     let client = client_for(&kubeconfig, Some(format!("https://127.0.0.1:{port}"))).await?;
     // The controller-manager serves no /readyz (404 in 1.37); /healthz is
     // its readiness as kubeadm's static Pod probes it.
@@ -426,9 +443,11 @@ fn component_identity(
     let client = certs.pki.client(file, user, &[])?;
     let kubeconfig = dir.join(format!("{file}.kubeconfig"));
     write_kubeconfig(&kubeconfig, url, certs.pki.ca_cert(), &client, user)?;
-    let serving = certs
-        .pki
-        .serving(&format!("{file}-serving"), user, &["127.0.0.1", "localhost"])?;
+    let serving = certs.pki.serving(
+        &format!("{file}-serving"),
+        user,
+        &["127.0.0.1", "localhost"],
+    )?;
     Ok((kubeconfig, serving, free_port()?))
 }
 
@@ -546,9 +565,15 @@ pub async fn run_control_plane_only(dir: &Path) -> Result<()> {
         "  try:        KUBECONFIG={} {kubectl} get nodes,pods -A",
         kubeconfig.display()
     );
-    println!("  logs:       {}/*.log (components), {}/kubelet/pods/<ns>_<pod>_<uid>/ (Pods)", dir.display(), dir.display());
+    println!(
+        "  logs:       {}/*.log (components), {}/kubelet/pods/<ns>_<pod>_<uid>/ (Pods)",
+        dir.display(),
+        dir.display()
+    );
     println!("Pod names resolve only inside this process's private mount namespace;");
-    println!("run kubectl from another shell freely, and anything that must reach Pods by name via");
+    println!(
+        "run kubectl from another shell freely, and anything that must reach Pods by name via"
+    );
     println!(
         "  nsenter -t {} -m -- COMMAND   (e.g. cargo run -- run, or etcdctl --endpoints=http://<pod>.<svc>.<ns>.svc:2379)",
         std::process::id()

@@ -26,7 +26,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::task::JoinHandle;
 
 type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
-type Upstream = HttpClient<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Incoming>;
+type Upstream = HttpClient<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Incoming,
+>;
 
 /// The verbs faults can target, as the apiserver's authorizer names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,7 +168,9 @@ impl Faults {
             FailWith::Conflict => (
                 StatusCode::CONFLICT,
                 "Conflict",
-                format!("{what}: the object has been modified; please apply your changes to the latest version and try again"),
+                format!(
+                    "{what}: the object has been modified; please apply your changes to the latest version and try again"
+                ),
             ),
             FailWith::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -175,7 +180,9 @@ impl Faults {
             FailWith::TooManyRequests => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequests",
-                format!("{what}: the server has received too many requests and has asked us to try again later"),
+                format!(
+                    "{what}: the server has received too many requests and has asked us to try again later"
+                ),
             ),
         })
     }
@@ -209,10 +216,8 @@ impl Target {
             [plural, name, sub, ..] => (*plural, Some(*name), Some(sub.to_string())),
             [] => return None,
         };
-        let watch = query.is_some_and(|q| {
-            q.split('&')
-                .any(|kv| kv == "watch=true" || kv == "watch=1")
-        });
+        let watch =
+            query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
         let verb = match (method.as_str(), name) {
             ("GET", _) if watch => Verb::Watch,
             ("GET", Some(_)) => Verb::Get,
@@ -412,15 +417,37 @@ mod tests {
 
     #[test]
     fn requests_are_named_as_the_authorizer_names_them() {
-        let watch = t("GET", "/api/v1/namespaces/default/configmaps", Some("watch=true&resourceVersion=5")).unwrap();
-        assert_eq!((watch.verb, watch.plural.as_str(), watch.group.as_str()), (Verb::Watch, "configmaps", ""));
-        let status = t("PATCH", "/apis/etcd.steward.dev/v1alpha1/namespaces/x/etcdclusters/a/status", None).unwrap();
+        let watch = t(
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            Some("watch=true&resourceVersion=5"),
+        )
+        .unwrap();
+        assert_eq!(
+            (watch.verb, watch.plural.as_str(), watch.group.as_str()),
+            (Verb::Watch, "configmaps", "")
+        );
+        let status = t(
+            "PATCH",
+            "/apis/etcd.steward.dev/v1alpha1/namespaces/x/etcdclusters/a/status",
+            None,
+        )
+        .unwrap();
         assert_eq!(status.verb, Verb::Patch);
         assert_eq!(status.group, "etcd.steward.dev");
         assert_eq!(status.subresource.as_deref(), Some("status"));
-        assert_eq!(t("GET", "/api/v1/nodes/local", None).unwrap().verb, Verb::Get);
-        assert_eq!(t("GET", "/api/v1/namespaces", None).unwrap().plural, "namespaces");
-        assert_eq!(t("GET", "/api/v1/namespaces/default", None).unwrap().verb, Verb::Get);
+        assert_eq!(
+            t("GET", "/api/v1/nodes/local", None).unwrap().verb,
+            Verb::Get
+        );
+        assert_eq!(
+            t("GET", "/api/v1/namespaces", None).unwrap().plural,
+            "namespaces"
+        );
+        assert_eq!(
+            t("GET", "/api/v1/namespaces/default", None).unwrap().verb,
+            Verb::Get
+        );
         assert!(t("GET", "/version", None).is_none());
     }
 }

@@ -67,7 +67,8 @@ pub fn locate() -> Result<KubeBinaries> {
         );
     }
     let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    KubeBinaries::in_dir(Path::new(&dir)).with_context(|| format!("{} printed {dir:?}", script.display()))
+    KubeBinaries::in_dir(Path::new(&dir))
+        .with_context(|| format!("{} printed {dir:?}", script.display()))
 }
 
 fn is_executable(path: &Path) -> bool {

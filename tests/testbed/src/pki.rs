@@ -129,8 +129,8 @@ fn name(cn: &str, orgs: &[&str]) -> DistinguishedName {
 }
 
 fn write(path: &Path, contents: &str) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(true)

@@ -11,7 +11,10 @@ use steward_testbed::ControlPlane;
 
 fn alive(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next());
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
     !stat.is_empty() && state != Some("Z")
 }
 
@@ -24,7 +27,11 @@ async fn the_real_components_start_register_a_node_enforce_rbac_and_stop() {
     let client = plane.client();
 
     let version = client.apiserver_version().await.unwrap();
-    assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "37"), "{version:?}");
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "37"),
+        "{version:?}"
+    );
 
     let node = Api::<Node>::all(client.clone()).get("local").await.unwrap();
     let ready = node
@@ -59,11 +66,19 @@ async fn the_real_components_start_register_a_node_enforce_rbac_and_stop() {
                 .map(String::as_str)
                 == Some("true")
         })
-        .map(|c| (c.metadata.name.clone().unwrap(), c.volume_binding_mode.clone()))
+        .map(|c| {
+            (
+                c.metadata.name.clone().unwrap(),
+                c.volume_binding_mode.clone(),
+            )
+        })
         .collect();
     assert_eq!(
         default,
-        [("standard".to_string(), Some("WaitForFirstConsumer".to_string()))]
+        [(
+            "standard".to_string(),
+            Some("WaitForFirstConsumer".to_string())
+        )]
     );
 
     // RBAC is real: an authenticated user with no bindings is refused, and
@@ -76,7 +91,8 @@ async fn the_real_components_start_register_a_node_enforce_rbac_and_stop() {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403, "{s:?}");
             assert!(
-                s.message.contains(r#"User "nobody" cannot list resource "secrets""#),
+                s.message
+                    .contains(r#"User "nobody" cannot list resource "secrets""#),
                 "{}",
                 s.message
             );
@@ -88,7 +104,12 @@ async fn the_real_components_start_register_a_node_enforce_rbac_and_stop() {
     let names: Vec<&str> = pids.iter().map(|(n, _)| *n).collect();
     assert_eq!(
         names,
-        ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+        [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler"
+        ]
     );
     plane.shutdown().await;
     for (name, pid) in pids {

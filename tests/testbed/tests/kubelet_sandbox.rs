@@ -26,7 +26,10 @@ async fn the_control_plane_runs_until_sigterm_and_leaves_no_etcd_behind() {
         if let Ok(kc) = kube::config::Kubeconfig::read_from(&kubeconfig)
             && let Ok(cfg) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
             && let Ok(client) = kube::Client::try_from(cfg)
-            && Api::<Node>::all(client.clone()).get_opt("local").await.is_ok_and(|n| n.is_some())
+            && Api::<Node>::all(client.clone())
+                .get_opt("local")
+                .await
+                .is_ok_and(|n| n.is_some())
         {
             break client;
         }

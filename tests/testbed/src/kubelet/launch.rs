@@ -77,10 +77,7 @@ fn local_image<'a>(c: &Container, images: &'a [LocalImage]) -> Option<&'a LocalI
 }
 
 fn is_etcd(c: &Container) -> bool {
-    let image_says = c
-        .image
-        .as_deref()
-        .is_some_and(|i| image_name(i) == "etcd");
+    let image_says = c.image.as_deref().is_some_and(|i| image_name(i) == "etcd");
     let program_says = c
         .command
         .as_ref()
@@ -510,16 +507,40 @@ mod tests {
         assert!(etcd_container(&pod).is_none());
         let c = runnable_container(&pod, &images).expect("the mapped image is runnable");
         let mounts = [("/tmp".to_string(), PathBuf::from("/k/pods/op/volumes/tmp"))];
-        let plan = plan(&pod, c, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &mounts, &bins(), &images).unwrap();
+        let plan = plan(
+            &pod,
+            c,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            &mounts,
+            &bins(),
+            &images,
+        )
+        .unwrap();
         assert_eq!(plan.program, PathBuf::from("/build/etcd-steward"));
         assert_eq!(plan.args, ["run", "--leader-elect", "--name=op-1"]);
-        assert_eq!(plan.binds, [(PathBuf::from("/k/pods/op/volumes/tmp"), "/tmp".to_string())]);
-        assert!(runnable_container(&pod, &[]).is_none(), "unmapped images are not run");
+        assert_eq!(
+            plan.binds,
+            [(PathBuf::from("/k/pods/op/volumes/tmp"), "/tmp".to_string())]
+        );
+        assert!(
+            runnable_container(&pod, &[]).is_none(),
+            "unmapped images are not run"
+        );
 
         let mut with_command = pod.clone();
         with_command.spec.as_mut().unwrap().containers[0].command = Some(vec!["/bin/sh".into()]);
         let c = runnable_container(&with_command, &images).unwrap();
-        let err = plan(&with_command, c, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &[], &bins(), &images).unwrap_err();
+        let err = super::plan(
+            &with_command,
+            c,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            &[],
+            &bins(),
+            &images,
+        )
+        .unwrap_err();
         assert!(matches!(err, LaunchError::NotEntrypoint { .. }), "{err}");
     }
 

@@ -510,9 +510,7 @@ pub fn dns_names(pod: &Pod) -> Vec<String> {
 async fn watch_pods(node: Arc<Node>, seq: Arc<std::sync::atomic::AtomicU64>) {
     let api: Api<Pod> = Api::all(node.client.clone());
     let only_here = watcher::Config::default().fields(&format!("spec.nodeName={NODE_NAME}"));
-    let mut events = watcher(api, only_here)
-        .default_backoff()
-        .boxed();
+    let mut events = watcher(api, only_here).default_backoff().boxed();
     let mut listing: Option<HashSet<String>> = None;
     while let Some(event) = events.next().await {
         match event {

@@ -74,9 +74,21 @@ impl Private {
         let none: Option<&CStr> = None;
         unshare(CloneFlags::CLONE_NEWNS)?;
         // Nothing mounted here may leak back into the kubelet's namespace.
-        mount(none, c"/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)?;
+        mount(
+            none,
+            c"/",
+            none,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            none,
+        )?;
         if self.tmpfs_run {
-            mount(Some(c"tmpfs"), c"/run", Some(c"tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, none)?;
+            mount(
+                Some(c"tmpfs"),
+                c"/run",
+                Some(c"tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                none,
+            )?;
         }
         for dir in &self.mkdirs {
             match nix::unistd::mkdir(dir.as_c_str(), Mode::from_bits_truncate(0o755)) {
@@ -96,7 +108,13 @@ impl Private {
         for (fd, (_, target)) in self.fds.iter().zip(&self.binds) {
             let mut buf = [0u8; 32];
             let source = fd_path(*fd, &mut buf);
-            mount(Some(source), target.as_c_str(), none, MsFlags::MS_BIND, none)?;
+            mount(
+                Some(source),
+                target.as_c_str(),
+                none,
+                MsFlags::MS_BIND,
+                none,
+            )?;
         }
         Ok(())
     }
@@ -124,16 +142,22 @@ fn fd_path(fd: std::os::fd::RawFd, buf: &mut [u8; 32]) -> &CStr {
     CStr::from_bytes_until_nul(&buf[..]).expect("a NUL was written")
 }
 
+fn cstring(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn fd_paths_are_formatted_without_allocating() {
         let mut buf = [0u8; 32];
-        assert_eq!(super::fd_path(7, &mut buf).to_str().unwrap(), "/proc/self/fd/7");
-        assert_eq!(super::fd_path(1234, &mut buf).to_str().unwrap(), "/proc/self/fd/1234");
+        assert_eq!(
+            super::fd_path(7, &mut buf).to_str().unwrap(),
+            "/proc/self/fd/7"
+        );
+        assert_eq!(
+            super::fd_path(1234, &mut buf).to_str().unwrap(),
+            "/proc/self/fd/1234"
+        );
     }
-}
-
-fn cstring(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)
 }

@@ -104,7 +104,8 @@ async fn renew_lease(client: &Client) -> Result<()> {
             spec.holder_identity = Some(NODE_NAME.into());
             spec.lease_duration_seconds = Some(LEASE_DURATION_SECONDS);
             spec.renew_time = Some(serde_json::from_value(json!(now))?);
-            api.replace(NODE_NAME, &PostParams::default(), &lease).await?;
+            api.replace(NODE_NAME, &PostParams::default(), &lease)
+                .await?;
         }
     }
     Ok(())
@@ -159,9 +160,13 @@ async fn write_status(api: &Api<Node>, ready: bool) -> Result<()> {
     // A merge patch of conditions replaces the list; the lifecycle
     // controller's own changes (Unknown) are overwritten with the truth
     // once the kubelet is back, exactly as a real kubelet does.
-    api.patch_status(NODE_NAME, &PatchParams::default(), &Patch::Strategic(&status))
-        .await
-        .context("writing the Node status")?;
+    api.patch_status(
+        NODE_NAME,
+        &PatchParams::default(),
+        &Patch::Strategic(&status),
+    )
+    .await
+    .context("writing the Node status")?;
     Ok(())
 }
 

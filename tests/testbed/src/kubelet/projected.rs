@@ -31,7 +31,11 @@ pub(crate) async fn populate(
     ip: Ipv4Addr,
     host_ip: Ipv4Addr,
 ) -> Result<(), String> {
-    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for source in volume.sources.iter().flatten() {
         if let Some(t) = &source.service_account_token {
@@ -60,7 +64,11 @@ pub(crate) async fn populate(
                 .create_token_request(&sa, &PostParams::default(), &request)
                 .await
                 .map_err(|e| format!("requesting a token for serviceaccount {sa:?}: {e}"))?;
-            let token = token.status.map(|s| s.token).unwrap_or_default().unwrap_or_default();
+            let token = token
+                .status
+                .map(|s| s.token)
+                .unwrap_or_default()
+                .unwrap_or_default();
             files.insert(t.path.clone(), token.into_bytes());
         }
         if let Some(c) = &source.config_map {
@@ -111,8 +119,10 @@ pub(crate) async fn populate(
                         item.path
                     ));
                 };
-                let value = super::launch::field(pod, &f.field_path, ip, host_ip)
-                    .ok_or_else(|| format!("downwardAPI fieldRef {} is not supported", f.field_path))?;
+                let value =
+                    super::launch::field(pod, &f.field_path, ip, host_ip).ok_or_else(|| {
+                        format!("downwardAPI fieldRef {} is not supported", f.field_path)
+                    })?;
                 files.insert(item.path.clone(), value.into_bytes());
             }
         }

@@ -24,9 +24,9 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::Node;
 use super::launch::{self, LaunchPlan};
 use super::probe::{self, ProbeState, Verdict};
-use super::Node;
 
 /// Requests to a Pod's worker.
 pub(crate) enum Command {
@@ -514,7 +514,10 @@ impl Worker {
                 let message = format!("starting {}: {e}", plan.program.display());
                 tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
                 // Where a user looks first; the status keeps only the reason.
-                if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&self.log_path) {
+                if let Ok(mut log) = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.log_path)
+                {
                     use std::io::Write;
                     let _ = writeln!(log, "--- steward-testbed kubelet: {message}");
                 }
