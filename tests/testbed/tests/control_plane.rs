@@ -26,7 +26,10 @@ async fn the_real_components_start_register_a_node_enforce_rbac_and_stop() {
         .unwrap_or_else(|e| panic!("the control plane did not start: {e:#}"));
     let client = plane.client();
     // A figure for docs/benchmarks.md (`-- --nocapture`), not a check.
-    println!("control plane startup: {:.1} s", plane.startup().as_secs_f64());
+    println!(
+        "control plane startup: {:.1} s",
+        plane.startup().as_secs_f64()
+    );
 
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(

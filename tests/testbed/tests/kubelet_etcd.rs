@@ -409,6 +409,36 @@ async fn a_killed_member_terminates_and_restarts_only_under_restart_policy_alway
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_from_outside_the_kubelet_is_a_clean_exit_0() {
+    let plane = start().await;
+    let client = plane.client();
+    let c = StaticCluster::new("term", "outside", 1);
+    create_cluster(&client, &c).await;
+    let api = pods(&client, &c);
+    wait_pod(&api, &c.member(0), "Ready", ready).await;
+    // As a node shutting down or an operator's `kill` would: the kubelet
+    // did not send this one.
+    let pid = plane
+        .plane
+        .kubelet()
+        .pod(&c.namespace, &c.member(0))
+        .unwrap()
+        .pid
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let done = wait_pod(&api, &c.member(0), "Succeeded", |p| phase(p) == "Succeeded").await;
+    let cs = container(&done);
+    assert_eq!(cs["state"]["terminated"]["exitCode"], 0, "{cs}");
+    assert_eq!(cs["state"]["terminated"]["reason"], "Completed", "{cs}");
+    assert!(cs["state"]["terminated"]["signal"].is_null(), "{cs}");
+    plane.finish(&[&c]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_member_stays_ready_while_etcd_goes_silent_and_recovers_on_thaw() {
     let plane = start().await;
     let client = plane.client();
