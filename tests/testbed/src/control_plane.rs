@@ -126,8 +126,9 @@ impl ControlPlane {
             "kubernetes-admin",
         )?;
         let client = client_for(&kubeconfig, None).await?;
+        let probe = Probe::new(certs.pki.ca_cert(), &admin, &url)?;
         apiserver
-            .wait_ready(READY_TIMEOUT, || readyz(&client))
+            .wait_ready(READY_TIMEOUT, || probe.ok("/readyz"))
             .await?;
 
         let mut plane = ControlPlane {
@@ -366,7 +367,7 @@ async fn start_controller_manager(
     dir: &Path,
 ) -> Result<Component> {
     let p = |p: &Path| p.display().to_string();
-    let (kubeconfig, serving, port) = component_identity(
+    let (kubeconfig, identity, serving, port) = component_identity(
         certs,
         url,
         dir,
@@ -398,10 +399,14 @@ async fn start_controller_manager(
         &args,
         dir,
     )?;
-    let client = client_for(&kubeconfig, Some(format!("https://127.0.0.1:{port}"))).await?;
+    let probe = Probe::new(
+        certs.pki.ca_cert(),
+        &identity,
+        &format!("https://127.0.0.1:{port}"),
+    )?;
     // The controller-manager serves no /readyz (404 in 1.37); /healthz is
     // its readiness as kubeadm's static Pod probes it.
-    cm.wait_ready(READY_TIMEOUT, || health(&client, "/healthz"))
+    cm.wait_ready(READY_TIMEOUT, || probe.ok("/healthz"))
         .await?;
     Ok(cm)
 }
@@ -413,7 +418,7 @@ async fn start_scheduler(
     dir: &Path,
 ) -> Result<Component> {
     let p = |p: &Path| p.display().to_string();
-    let (kubeconfig, serving, port) =
+    let (kubeconfig, identity, serving, port) =
         component_identity(certs, url, dir, "scheduler", "system:kube-scheduler")?;
     let args = vec![
         format!("--kubeconfig={}", p(&kubeconfig)),
@@ -427,8 +432,12 @@ async fn start_scheduler(
         "--profiling=false".into(),
     ];
     let mut s = Component::spawn("kube-scheduler", &bins.scheduler, &args, dir)?;
-    let client = client_for(&kubeconfig, Some(format!("https://127.0.0.1:{port}"))).await?;
-    s.wait_ready(READY_TIMEOUT, || readyz(&client)).await?;
+    let probe = Probe::new(
+        certs.pki.ca_cert(),
+        &identity,
+        &format!("https://127.0.0.1:{port}"),
+    )?;
+    s.wait_ready(READY_TIMEOUT, || probe.ok("/readyz")).await?;
     Ok(s)
 }
 
@@ -439,7 +448,7 @@ fn component_identity(
     dir: &Path,
     file: &str,
     user: &str,
-) -> Result<(PathBuf, CertFiles, u16)> {
+) -> Result<(PathBuf, CertFiles, CertFiles, u16)> {
     let client = certs.pki.client(file, user, &[])?;
     let kubeconfig = dir.join(format!("{file}.kubeconfig"));
     write_kubeconfig(&kubeconfig, url, certs.pki.ca_cert(), &client, user)?;
@@ -448,7 +457,7 @@ fn component_identity(
         user,
         &["127.0.0.1", "localhost"],
     )?;
-    Ok((kubeconfig, serving, free_port()?))
+    Ok((kubeconfig, client, serving, free_port()?))
 }
 
 async fn wait_default_service_account(client: &Client) -> Result<()> {
@@ -467,20 +476,38 @@ async fn wait_default_service_account(client: &Client) -> Result<()> {
     }
 }
 
-/// `GET /readyz` through an authenticated client; any answer but `ok` fails.
-async fn readyz(client: &Client) -> Result<()> {
-    health(client, "/readyz").await
+/// A component's health endpoints over TLS with a client certificate. Plain
+/// hyper rather than a kube::Client: kube logs every refused connection at
+/// ERROR, and refusals are what a starting component answers.
+struct Probe {
+    http: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Empty<bytes::Bytes>,
+    >,
+    base: String,
 }
 
-async fn health(client: &Client, path: &str) -> Result<()> {
-    let req = http::Request::get(path)
-        .body(Vec::new())
-        .expect("a static request");
-    let text = client.request_text(req).await?;
-    if text.trim() == "ok" {
-        Ok(())
-    } else {
-        bail!("{path}: {}", text.trim())
+impl Probe {
+    fn new(ca: &Path, identity: &CertFiles, base: &str) -> Result<Probe> {
+        Ok(Probe {
+            http: crate::fault_proxy::tls_client(ca, &identity.cert, &identity.key)?,
+            base: base.to_owned(),
+        })
+    }
+
+    /// `GET path`; anything but 200 `ok` fails, with what was answered.
+    async fn ok(&self, path: &str) -> Result<()> {
+        use http_body_util::BodyExt;
+        let uri: http::Uri = format!("{}{path}", self.base).parse()?;
+        let resp = self.http.get(uri).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        if status == http::StatusCode::OK && text.trim() == "ok" {
+            Ok(())
+        } else {
+            bail!("{path}: {status} {}", text.trim())
+        }
     }
 }
 

@@ -385,6 +385,22 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
 }
 
 fn upstream_client(ca: &Path, cert: &Path, key: &Path) -> Result<Upstream> {
+    tls_client(ca, cert, key)
+}
+
+/// An HTTPS client that trusts `ca` and authenticates with `cert`/`key`.
+pub(crate) fn tls_client<B>(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<
+    HttpClient<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, B>,
+>
+where
+    B: hyper::body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).context("reading the CA")? {
         roots.add(c.context("parsing the CA")?)?;
