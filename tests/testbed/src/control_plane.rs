@@ -125,7 +125,7 @@ impl ControlPlane {
             &admin,
             "kubernetes-admin",
         )?;
-        let client = client_for(&kubeconfig, None).await?;
+        let client = client_for(&kubeconfig).await?;
         let probe = Probe::new(certs.pki.ca_cert(), &admin, &url)?;
         apiserver
             .wait_ready(READY_TIMEOUT, || probe.ok("/readyz"))
@@ -172,7 +172,7 @@ impl ControlPlane {
                 &node_cert,
                 "system:node:local",
             )?;
-            let node_client = client_for(&node_kubeconfig, None).await?;
+            let node_client = client_for(&node_kubeconfig).await?;
             let mut config = kubelet.expect("a Full control plane has a kubelet config");
             config.api_server = Some(url.clone());
             plane.kubelet = Some(
@@ -244,7 +244,7 @@ impl ControlPlane {
         let cert = pki.client(&file, user, groups)?;
         let path = self.dir.join(format!("{file}.kubeconfig"));
         write_kubeconfig(&path, &self.url, pki.ca_cert(), &cert, user)?;
-        client_for(&path, None).await
+        client_for(&path).await
     }
 
     /// A fault-injecting proxy in front of this API server, acting as its
@@ -559,17 +559,13 @@ pub fn write_kubeconfig(
     std::fs::write(path, yaml).with_context(|| format!("writing {}", path.display()))
 }
 
-/// A client from `kubeconfig`, optionally aimed at another server that the
-/// same CA vouches for (a component's own secure port).
-async fn client_for(kubeconfig: &Path, server: Option<String>) -> Result<Client> {
+/// A client from `kubeconfig`.
+async fn client_for(kubeconfig: &Path) -> Result<Client> {
     let kc = Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .with_context(|| format!("loading {}", kubeconfig.display()))?;
-    if let Some(s) = server {
-        config.cluster_url = s.parse().context("a component URL")?;
-    }
     Client::try_from(config).context("building a client")
 }
 
