@@ -367,22 +367,15 @@ async fn start_controller_manager(
     dir: &Path,
 ) -> Result<Component> {
     let p = |p: &Path| p.display().to_string();
-    let (kubeconfig, identity, serving, port) = component_identity(
+    let secured = Secured::new(
         certs,
         url,
         dir,
         "controller-manager",
         "system:kube-controller-manager",
     )?;
-    let args = vec![
-        format!("--kubeconfig={}", p(&kubeconfig)),
-        format!("--authentication-kubeconfig={}", p(&kubeconfig)),
-        format!("--authorization-kubeconfig={}", p(&kubeconfig)),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={port}"),
-        format!("--tls-cert-file={}", p(&serving.cert)),
-        format!("--tls-private-key-file={}", p(&serving.key)),
-        "--leader-elect=false".into(),
+    let mut args = secured.args.clone();
+    args.extend([
         // Each controller under its own ServiceAccount, as kubeadm runs it:
         // the real RBAC of the garbage collector, disruption controller, …
         "--use-service-account-credentials=true".into(),
@@ -391,22 +384,16 @@ async fn start_controller_manager(
         format!("--cluster-signing-cert-file={}", p(certs.pki.ca_cert())),
         format!("--cluster-signing-key-file={}", p(&dir.join("pki/ca.key"))),
         format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-        "--profiling=false".into(),
-    ];
+    ]);
     let mut cm = Component::spawn(
         "kube-controller-manager",
         &bins.controller_manager,
         &args,
         dir,
     )?;
-    let probe = Probe::new(
-        certs.pki.ca_cert(),
-        &identity,
-        &format!("https://127.0.0.1:{port}"),
-    )?;
     // The controller-manager serves no /readyz (404 in 1.37); /healthz is
     // its readiness as kubeadm's static Pod probes it.
-    cm.wait_ready(READY_TIMEOUT, || probe.ok("/healthz"))
+    cm.wait_ready(READY_TIMEOUT, || secured.probe.ok("/healthz"))
         .await?;
     Ok(cm)
 }
@@ -417,47 +404,51 @@ async fn start_scheduler(
     url: &str,
     dir: &Path,
 ) -> Result<Component> {
-    let p = |p: &Path| p.display().to_string();
-    let (kubeconfig, identity, serving, port) =
-        component_identity(certs, url, dir, "scheduler", "system:kube-scheduler")?;
-    let args = vec![
-        format!("--kubeconfig={}", p(&kubeconfig)),
-        format!("--authentication-kubeconfig={}", p(&kubeconfig)),
-        format!("--authorization-kubeconfig={}", p(&kubeconfig)),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={port}"),
-        format!("--tls-cert-file={}", p(&serving.cert)),
-        format!("--tls-private-key-file={}", p(&serving.key)),
-        "--leader-elect=false".into(),
-        "--profiling=false".into(),
-    ];
-    let mut s = Component::spawn("kube-scheduler", &bins.scheduler, &args, dir)?;
-    let probe = Probe::new(
-        certs.pki.ca_cert(),
-        &identity,
-        &format!("https://127.0.0.1:{port}"),
-    )?;
-    s.wait_ready(READY_TIMEOUT, || probe.ok("/readyz")).await?;
+    let secured = Secured::new(certs, url, dir, "scheduler", "system:kube-scheduler")?;
+    let mut s = Component::spawn("kube-scheduler", &bins.scheduler, &secured.args, dir)?;
+    s.wait_ready(READY_TIMEOUT, || secured.probe.ok("/readyz"))
+        .await?;
     Ok(s)
 }
 
-/// A component's client identity (kubeconfig), serving certificate and port.
-fn component_identity(
-    certs: &Certs,
-    url: &str,
-    dir: &Path,
-    file: &str,
-    user: &str,
-) -> Result<(PathBuf, CertFiles, CertFiles, u16)> {
-    let client = certs.pki.client(file, user, &[])?;
-    let kubeconfig = dir.join(format!("{file}.kubeconfig"));
-    write_kubeconfig(&kubeconfig, url, certs.pki.ca_cert(), &client, user)?;
-    let serving = certs.pki.serving(
-        &format!("{file}-serving"),
-        user,
-        &["127.0.0.1", "localhost"],
-    )?;
-    Ok((kubeconfig, client, serving, free_port()?))
+/// What the controller-manager and the scheduler share: a client identity
+/// (kubeconfig), a serving certificate on a secure port of their own, the
+/// flags that name them, and a probe of that port.
+struct Secured {
+    args: Vec<String>,
+    probe: Probe,
+}
+
+impl Secured {
+    fn new(certs: &Certs, url: &str, dir: &Path, file: &str, user: &str) -> Result<Secured> {
+        let p = |p: &Path| p.display().to_string();
+        let identity = certs.pki.client(file, user, &[])?;
+        let kubeconfig = dir.join(format!("{file}.kubeconfig"));
+        write_kubeconfig(&kubeconfig, url, certs.pki.ca_cert(), &identity, user)?;
+        let serving = certs.pki.serving(
+            &format!("{file}-serving"),
+            user,
+            &["127.0.0.1", "localhost"],
+        )?;
+        let port = free_port()?;
+        let args = vec![
+            format!("--kubeconfig={}", p(&kubeconfig)),
+            format!("--authentication-kubeconfig={}", p(&kubeconfig)),
+            format!("--authorization-kubeconfig={}", p(&kubeconfig)),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", p(&serving.cert)),
+            format!("--tls-private-key-file={}", p(&serving.key)),
+            "--leader-elect=false".into(),
+            "--profiling=false".into(),
+        ];
+        let probe = Probe::new(
+            certs.pki.ca_cert(),
+            &identity,
+            &format!("https://127.0.0.1:{port}"),
+        )?;
+        Ok(Secured { args, probe })
+    }
 }
 
 async fn wait_default_service_account(client: &Client) -> Result<()> {
