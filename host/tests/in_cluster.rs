@@ -41,20 +41,16 @@ async fn leader_pod(env: &Env) -> Option<String> {
 }
 
 async fn rollout_status(env: &Env, deployment: &str) {
-    let out = tokio::process::Command::new(&env.plane.binaries().kubectl)
-        .args([
-            "rollout",
-            "status",
-            &format!("deployment/{deployment}"),
-            "-n",
-            OPERATOR_NS,
-            "--timeout=300s",
-        ])
-        .env("KUBECONFIG", env.plane.kubeconfig_path())
-        .env("HOME", env.dir())
-        .output()
-        .await
-        .expect("running kubectl");
+    let deployment = format!("deployment/{deployment}");
+    let args = [
+        "rollout",
+        "status",
+        &deployment,
+        "-n",
+        OPERATOR_NS,
+        "--timeout=300s",
+    ];
+    let out = kubectl_output(&env.plane, &args).await;
     if out.status.success() {
         return;
     }

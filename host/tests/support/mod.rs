@@ -361,19 +361,24 @@ async fn install(plane: &ControlPlane) {
 /// Runs the real kubectl against the control plane; returns stdout, panics
 /// with stderr on failure.
 pub async fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(&plane.binaries().kubectl)
-        .args(args)
-        .env("KUBECONFIG", plane.kubeconfig_path())
-        .env("HOME", plane.dir())
-        .output()
-        .await
-        .expect("running kubectl");
+    let out = kubectl_output(plane, args).await;
     assert!(
         out.status.success(),
         "kubectl {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs the real kubectl against the control plane, whatever its exit.
+pub async fn kubectl_output(plane: &ControlPlane, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(&plane.binaries().kubectl)
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig_path())
+        .env("HOME", plane.dir())
+        .output()
+        .await
+        .expect("running kubectl")
 }
 
 pub fn condition<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a str> {

@@ -11,6 +11,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use crate::etcd_bin::is_executable;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeBinaries {
     pub dir: PathBuf,
@@ -69,11 +71,4 @@ pub fn locate() -> Result<KubeBinaries> {
     let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
     KubeBinaries::in_dir(Path::new(&dir))
         .with_context(|| format!("{} printed {dir:?}", script.display()))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
