@@ -124,7 +124,7 @@ fn main() {
             for _ in 0..ROUNDS {
                 let current = env.clusters().get(cluster).await.unwrap();
                 let t0 = Instant::now();
-                etcd_steward::reconcile::reconcile_cluster(Arc::new(current), ctx.clone())
+                etcd_steward::cluster::reconcile_cluster(Arc::new(current), ctx.clone())
                     .await
                     .expect("the reconcile writes status");
                 took.push(t0.elapsed());

@@ -22,7 +22,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use etcd_steward::etcd::{ClientConfig, DEFAULT_DEADLINE, EtcdClient};
-use etcd_steward::observe::{ProbeTarget, probe_cluster};
+use etcd_steward::facts::{ProbeTarget, probe_cluster};
 use etcd_support::{Cluster, loopback};
 use steward_policy_sdk::{ProbeOutcome, ProbeReport};
 

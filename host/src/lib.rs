@@ -1,18 +1,22 @@
 //! etcd-steward: an etcd operator whose status verdicts come from sandboxed
 //! WebAssembly policies.
 //!
-//! Every EtcdCluster reconcile runs observe -> evaluate (policy) -> write
-//! status -> act; see [`reconcile`] for how the types enforce that order.
+//! Every reconcile runs observe -> evaluate (policy) -> write status -> act;
+//! see [`cluster`] for how the types enforce that order, and [`member`] for
+//! the same order in the EtcdMember controller.
 
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod conditions;
+pub mod context;
 pub mod controller;
+pub mod error;
 pub mod etcd;
+pub mod facts;
 pub mod leader;
 pub mod member;
 pub mod metrics;
-pub mod observe;
 pub mod policy;
-pub mod reconcile;
 pub mod resources;
+pub mod text;

@@ -92,6 +92,16 @@ impl Metrics {
         }
     }
 
+    /// A verdict the host rejected because it claimed a verified quorum
+    /// that etcd did not confirm.
+    pub fn count_rejected_verdict(&self) {
+        self.policy_failures
+            .get_or_create(&KindLabel {
+                kind: "UnconfirmedVerification".into(),
+            })
+            .inc();
+    }
+
     pub fn set_leading(&self, leading: bool) {
         self.leading.set(i64::from(leading));
     }

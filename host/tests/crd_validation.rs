@@ -167,6 +167,14 @@ async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
         .await
         .unwrap();
     assert_eq!(made.data["spec"]["replicas"], 3, "{:?}", made.data);
+    // No version: the operator's default, shown in the stored object.
+    let bare = crds.create("bare", json!({})).await.unwrap();
+    assert_eq!(
+        bare.data["spec"]["version"],
+        etcd_steward::api::DEFAULT_ETCD_VERSION,
+        "{:?}",
+        bare.data
+    );
     assert_eq!(made.data["spec"]["storage"]["size"], "1Gi");
     crds.create(
         "full",
@@ -182,7 +190,10 @@ async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
             json!({"version": "3.5"}),
             r#"spec.version: Invalid value: "3.5": spec.version in body should match '^\d+\.\d+\.\d+$'"#,
         ),
-        (json!({}), "spec.version: Required value"),
+        (
+            json!({"replicas": 9}),
+            "spec.replicas must be at most 7: every write waits for a majority of the voters",
+        ),
         (
             json!({"version": "3.5.1", "replicas": -1}),
             "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
@@ -282,13 +293,21 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     .await
     .unwrap();
 
-    // Growing, equal quantities, scaling, upgrading, a policy change: fine.
-    crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}}))
+    // Equal quantities, scaling, upgrading, a policy change: fine.
+    crds.patch_spec("pvc", json!({"storage": {"size": "1024Mi"}}))
         .await
         .unwrap();
-    crds.patch_spec("pvc", json!({"storage": {"size": "2048Mi"}}))
-        .await
-        .unwrap();
+    // Growth is refused (no volume expansion), saying why.
+    let message = rejected(
+        crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}}))
+            .await,
+    );
+    assert!(
+        message.contains(
+            "spec.storage.size cannot grow yet: etcd-steward does not expand member volumes"
+        ),
+        "{message}"
+    );
     crds.patch_spec(
         "pvc",
         json!({"version": "3.5.2", "replicas": 5,
@@ -301,7 +320,7 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
         .unwrap();
 
     let message = rejected(
-        crds.patch_spec("pvc", json!({"storage": {"size": "1Gi"}}))
+        crds.patch_spec("pvc", json!({"storage": {"size": "512Mi"}}))
             .await,
     );
     assert!(
@@ -309,7 +328,7 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
         "{message}"
     );
     let message = rejected(
-        crds.patch_spec("pvc", json!({"storage": {"size": "2000Mi"}}))
+        crds.patch_spec("pvc", json!({"storage": {"size": "1000Mi"}}))
             .await,
     );
     assert!(

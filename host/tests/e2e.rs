@@ -573,8 +573,8 @@ fn reconciles(metrics: &etcd_steward::metrics::Metrics) -> u64 {
 #[test]
 fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
     use etcd_steward::cli::run::Operator;
+    use etcd_steward::cluster::reconcile_cluster;
     use etcd_steward::etcd::{Fault, Rpc};
-    use etcd_steward::reconcile::reconcile_cluster;
     use steward_policy_sdk::ProbeErrorKind;
     let _g = serial();
     run(async {

@@ -7,7 +7,7 @@ mod etcd_support;
 use std::time::{Duration, Instant};
 
 use etcd_steward::etcd::{ClientConfig, EtcdApi, EtcdClient, Fault, Faults, FaultyEtcd, Rpc};
-use etcd_steward::observe::{ProbeTarget, probe_cluster};
+use etcd_steward::facts::{ProbeTarget, probe_cluster};
 use etcd_support::Cluster;
 use steward_policy_sdk::{
     MemberListOutcome, ProbeErrorKind, ProbeOutcome, ProbeReport, QuorumReadOutcome,

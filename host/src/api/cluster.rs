@@ -24,6 +24,9 @@ use super::schema::preserve_unknown_object;
 pub const DEFAULT_REPLICAS: i32 = 3;
 /// Seconds the operator works towards one target before declaring it stuck.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// The etcd version when the spec leaves it out: the release the operator
+/// is tested with.
+pub const DEFAULT_ETCD_VERSION: &str = "3.5.1";
 /// Per-member storage when the spec leaves it out.
 pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
 
@@ -76,6 +79,9 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
     validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.restore)").message(
         "spec.bootstrap.restore is not implemented yet (planned: restore from a snapshot); remove it"
     ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new("!has(self.replicas) || self.replicas <= 7").message(
+        "spec.replicas must be at most 7: every write waits for a majority of the voters, so more members make writes slower without useful extra fault tolerance (etcd recommends at most 7)"
+    ),
     validation = Rule::new(
         "!(has(self.replicas) && self.replicas == 0 && has(self.storage) && has(self.storage.medium) && self.storage.medium == 'Memory')"
     ).message(
@@ -101,16 +107,23 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
     validation = Rule::new(
         "!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || self.storage.size == oldSelf.storage.size || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) >= 0"
     ).message("spec.storage.size cannot shrink (a PVC cannot shrink)"),
+    validation = Rule::new(
+        "!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || self.storage.size == oldSelf.storage.size || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) <= 0"
+    ).message("spec.storage.size cannot grow yet: etcd-steward does not expand member volumes, so the new size would never be applied to existing members"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
-    /// Desired number of members; should be odd. 0 pauses the cluster: the
-    /// last member stays dormant (no Pod) and keeps its data volume.
+    /// Desired number of members, at most 7; should be odd (an even count
+    /// tolerates no more failures than one fewer). 0 pauses the cluster:
+    /// the last member stays dormant (no Pod) and keeps its data volume.
     #[serde(default = "default_replicas")]
     #[schemars(range(min = 0))]
     pub replicas: i32,
 
-    /// etcd version, X.Y.Z. Applies to members created from now on.
+    /// etcd version, X.Y.Z; defaults to the release the operator is tested
+    /// with. Applies to members created from now on; `status.version` says
+    /// what the members actually run.
+    #[serde(default = "default_version")]
     #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"))]
     pub version: String,
 
@@ -170,6 +183,10 @@ fn default_replicas() -> i32 {
     DEFAULT_REPLICAS
 }
 
+fn default_version() -> String {
+    DEFAULT_ETCD_VERSION.to_owned()
+}
+
 fn default_progress_deadline() -> i32 {
     DEFAULT_PROGRESS_DEADLINE_SECONDS
 }
@@ -188,7 +205,9 @@ fn default_storage_size() -> Quantity {
 #[serde(rename_all = "camelCase")]
 pub struct StorageSpec {
     /// Requested capacity per member: the PVC size, or the tmpfs size limit
-    /// for medium Memory. May grow, never shrink.
+    /// for medium Memory. Fixed once set: volume expansion is not
+    /// implemented, and a PVC cannot shrink (an equal quantity written
+    /// differently, 2Gi as 2048Mi, is accepted).
     #[serde(default = "default_storage_size")]
     pub size: Quantity,
 
@@ -404,6 +423,12 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_token: Option<String>,
 
+    /// The etcd version the cluster runs, as its members report it: the
+    /// oldest when they differ (VersionDrifted then says so). Kept from the
+    /// last observation in which a member answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+
     /// The target being worked towards: the spec's replicas, version,
     /// storage and resources. Each step is planned against the current
     /// spec (one membership change at a time), so a spec changed mid-way
@@ -445,7 +470,7 @@ pub struct EtcdClusterStatus {
     pub progress_deadline: Option<Time>,
 
     /// Available, Degraded, Progressing (from the policy); Ready, Reconciling,
-    /// Stalled (kstatus, derived by the operator).
+    /// Stalled (kstatus) and VersionDrifted, derived by the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -484,6 +509,9 @@ pub struct MemberSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     pub role: MemberRole,
+    /// The etcd version the member reported in this observation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     #[serde(default)]
     pub leader: bool,
     #[serde(default)]

@@ -7,30 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::cluster::StorageSpec;
 
-/// Condition types and reasons of an EtcdMember.
-pub mod condition {
-    /// The Pod is Ready and etcd lists the member.
-    pub const READY: &str = "Ready";
-    /// The Pod runs a different etcd version than the member's spec.
-    pub const VERSION_DRIFTED: &str = "VersionDrifted";
-
-    /// Ready=True: Pod Ready and the member ID confirmed by etcd.
-    pub const REASON_POD_READY: &str = "PodReady";
-    /// Ready=False: the Pod is missing, pending, terminated or not Ready.
-    pub const REASON_POD_NOT_READY: &str = "PodNotReady";
-    /// Ready=False: the Pod is Ready but etcd has not (yet) reported its ID.
-    pub const REASON_DISCOVERING_MEMBER_ID: &str = "DiscoveringMemberID";
-    /// Ready=False: the member is dormant (cluster paused at 0 replicas).
-    pub const REASON_PAUSED: &str = "Paused";
-    /// Ready=False: etcd's member list does not contain this member.
-    pub const REASON_NOT_A_MEMBER: &str = "NotAMember";
-    /// VersionDrifted=True / False.
-    pub const REASON_VERSION_MISMATCH: &str = "VersionMismatch";
-    pub const REASON_VERSION_MATCHES: &str = "VersionMatches";
-    /// VersionDrifted=Unknown: etcd did not report the member's version.
-    pub const REASON_VERSION_UNKNOWN: &str = "VersionUnknown";
-}
-
 /// Desired state of one etcd member. Written by the cluster controller.
 // Each printcolumn repeats `type_`; clippy reads that as a duplicate.
 #[allow(clippy::duplicated_attributes)]
@@ -102,19 +78,32 @@ pub struct EtcdMemberStatus {
     pub is_voter: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_name: Option<String>,
-    /// Times the operator recreated this member's Pod after it terminated.
-    /// Pods run with `restartPolicy: Never`, so the kubelet's restart count
-    /// stays 0.
+    /// Pods of this member that terminated (each is then replaced on the
+    /// same volume). Pods run with `restartPolicy: Never`, so the kubelet's
+    /// restart count stays 0.
     #[serde(default)]
     #[schemars(extend("format" = "int32"))]
     pub pod_restarts: u32,
     /// Pod failures (phase Failed, OOM kills not counted) since the member
-    /// was last Ready. Each recreation waits longer (1 s doubling to 60 s);
+    /// was last Ready, each Pod counted once. Each recreation waits longer (1 s doubling to 60 s);
     /// at the operator's `--crash-loop-threshold` the cluster replaces the
     /// member, once the others hold quorum.
     #[serde(default)]
     #[schemars(extend("format" = "int32"))]
     pub consecutive_failures: u32,
+    /// UID of the last terminated Pod counted in podRestarts (and
+    /// consecutiveFailures): a Pod is counted once however often it is seen.
+    #[serde(
+        default,
+        rename = "lastTerminatedPodUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_terminated_pod_uid: Option<String>,
+    /// Why the last step on the member's Pod or PVC failed (cleared when
+    /// one succeeds). The status is written before the step, so this
+    /// shows on the reconcile after the failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action_error: Option<String>,
     /// The version etcd itself reports for this member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,

@@ -7,7 +7,7 @@ mod schema;
 mod status_patch;
 
 pub use cluster::*;
-pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus, condition as member_condition};
+pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
 pub use status_patch::{WholeStatus, write_whole_status};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

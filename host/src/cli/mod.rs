@@ -64,7 +64,7 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -81,7 +81,7 @@ fn init_logging() {
 
 /// An error and its causes, on one line; a cause the message already quotes
 /// is not repeated.
-fn one_line(e: &anyhow::Error) -> String {
+fn error_chain(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let cause = cause.to_string();
@@ -93,5 +93,5 @@ fn one_line(e: &anyhow::Error) -> String {
         }
         line.push_str(&cause);
     }
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
+    crate::text::one_line(&line)
 }

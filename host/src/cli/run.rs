@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::controller::{self, Context, OperatorConfig, Scope};
+use crate::context::{Context, OperatorConfig, Scope};
+use crate::controller;
 use crate::etcd::{ClientConfig, EtcdClient, Faults, FaultyEtcd};
 use crate::leader::{self, Candidate, LeaseConfig};
 use crate::metrics::Metrics;

@@ -4,7 +4,7 @@
 //!
 //! Errors leave this module as data ([`RpcError`] with a
 //! [`steward_policy_sdk::ProbeErrorKind`]) so that callers record them in
-//! an observation instead of returning early; see `crate::observe`.
+//! an observation instead of returning early; see `crate::facts`.
 
 mod api;
 mod classify;

@@ -135,11 +135,11 @@ impl Loader {
             return Err(PolicyError::Load(not_a_component(bytes)));
         }
         let component = Component::new(&self.engine, bytes)
-            .map_err(|e| PolicyError::Load(format!("not a valid component: {}", one_line(&e))))?;
+            .map_err(|e| PolicyError::Load(format!("not a valid component: {}", wasm_error(&e))))?;
         let pre = self
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| PolicyError::Load(one_line(&e)))?;
+            .map_err(|e| PolicyError::Load(wasm_error(&e)))?;
         let policy = Arc::new(LoadedPolicy::new(
             pre,
             digest.clone(),
@@ -246,11 +246,8 @@ fn not_a_component(bytes: &[u8]) -> String {
     }
 }
 
-/// wasmtime errors carry a chain of context on several lines; one line reads
-/// better in a condition message or a CLI error.
-pub(super) fn one_line(e: &wasmtime::Error) -> String {
-    format!("{e:#}")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+/// A wasmtime error and its context chain on one line, for a condition
+/// message or a CLI error.
+pub(super) fn wasm_error(e: &wasmtime::Error) -> String {
+    crate::text::one_line(&format!("{e:#}"))
 }

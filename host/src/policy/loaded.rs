@@ -7,7 +7,7 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use super::PolicyError;
-use super::engine::{Limits, one_line};
+use super::engine::{Limits, wasm_error};
 use super::sandbox::HostState;
 use super::verdict::{self, Evaluation};
 use super::wit::{self, StatusPolicy, StatusPolicyPre};
@@ -51,7 +51,7 @@ impl LoadedPolicy {
         let pre = StatusPolicyPre::new(pre).map_err(|e| {
             PolicyError::Load(format!(
                 "not a steward:status/status-policy component: {}",
-                one_line(&e)
+                wasm_error(&e)
             ))
         })?;
         let mut policy = Self {
@@ -82,7 +82,12 @@ impl LoadedPolicy {
                 .steward_status_policy()
                 .call_validate_settings(store, json)
         })?
-        .map_err(|why| PolicyError::Settings(verdict::truncate(&why, verdict::MAX_MESSAGE_BYTES)))
+        .map_err(|why| {
+            PolicyError::Settings(crate::text::truncate(
+                &why,
+                crate::conditions::MAX_MESSAGE_BYTES,
+            ))
+        })
     }
 
     /// Evaluates one observation. Never fails: when the policy does, the
@@ -136,7 +141,7 @@ impl LoadedPolicy {
         }
         let what = match e.downcast_ref::<wasmtime::Trap>() {
             Some(trap) => trap.to_string(),
-            None => one_line(e),
+            None => wasm_error(e),
         };
         match stage {
             Stage::Instantiate => PolicyError::Instantiate(what),
@@ -148,7 +153,7 @@ impl LoadedPolicy {
                 } else {
                     PolicyError::Trap(format!(
                         "{name}: {what}; stderr: {}",
-                        verdict::truncate(&stderr, STDERR_IN_MESSAGE)
+                        crate::text::truncate(&stderr, STDERR_IN_MESSAGE)
                     ))
                 }
             }

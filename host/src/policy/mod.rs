@@ -4,6 +4,7 @@
 //!
 //! - [`engine`]: one wasmtime Engine, its epoch ticker, compiled-policy cache.
 //! - [`loaded`]: a loaded policy; describe, validate settings, evaluate.
+//! - [`resolve`]: which policy a cluster runs ([`Policies`]).
 //! - [`sandbox`]: the WASI context that grants nothing, the memory cap.
 //! - [`verdict`]: the host's rules for a verdict, and its fallback verdict.
 //! - [`wit`]: the generated bindings and their conversion to sdk types.
@@ -15,6 +16,7 @@ mod embedded;
 mod engine;
 mod error;
 mod loaded;
+mod resolve;
 mod sandbox;
 mod verdict;
 mod wit;
@@ -23,7 +25,5 @@ pub use embedded::DEFAULT_POLICY_WASM;
 pub use engine::{Limits, PolicyEngine};
 pub use error::{ErrorKind, PolicyError};
 pub use loaded::LoadedPolicy;
-pub use verdict::{
-    Evaluation, FALLBACK_REASON, HOST_CONDITIONS, MAX_MESSAGE_BYTES, REQUIRED_CONDITIONS,
-    fallback_verdict, validate as validate_verdict,
-};
+pub use resolve::{Policies, ResolveError};
+pub use verdict::{Evaluation, FALLBACK_REASON, fallback_verdict, validate as validate_verdict};

@@ -7,18 +7,11 @@ use std::collections::HashSet;
 use steward_policy_sdk::{Condition, ConditionStatus, Verdict};
 
 use super::PolicyError;
+use crate::conditions::{AVAILABLE, DEGRADED, HOST_OWNED, MAX_MESSAGE_BYTES, REQUIRED, reason};
+use crate::text::truncate;
 
-/// Condition types every verdict must carry.
-pub const REQUIRED_CONDITIONS: &[&str] = &["Available", "Degraded"];
-
-/// Condition types the host writes itself (kstatus reads them); a policy may
-/// not.
-pub const HOST_CONDITIONS: &[&str] = &["Ready", "Reconciling", "Stalled"];
-
-/// Longest condition or event message, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
-
-pub const FALLBACK_REASON: &str = "PolicyFailed";
+/// The reason of the host's fallback verdict.
+pub const FALLBACK_REASON: &str = reason::POLICY_FAILED;
 
 /// The outcome of one evaluation: always a verdict fit to write, plus the
 /// error when the verdict is the host's fallback.
@@ -51,7 +44,7 @@ pub fn fallback_verdict(reason_message: &str) -> Verdict {
         )
     };
     Verdict {
-        conditions: vec![unknown("Available"), unknown("Degraded")],
+        conditions: vec![unknown(AVAILABLE), unknown(DEGRADED)],
         ready_members: 0,
         verified: false,
         requeue_after_ms: None,
@@ -67,7 +60,7 @@ pub fn validate(verdict: &Verdict, member_count: usize) -> Result<(), String> {
         if !seen.insert(c.type_.as_str()) {
             return Err(format!("condition {:?} appears twice", c.type_));
         }
-        if HOST_CONDITIONS.contains(&c.type_.as_str()) {
+        if HOST_OWNED.contains(&c.type_.as_str()) {
             return Err(format!(
                 "condition {:?} belongs to the host, not the policy",
                 c.type_
@@ -93,7 +86,7 @@ pub fn validate(verdict: &Verdict, member_count: usize) -> Result<(), String> {
             ));
         }
     }
-    for required in REQUIRED_CONDITIONS {
+    for required in REQUIRED {
         if !seen.contains(required) {
             return Err(format!("condition {required} is missing"));
         }
@@ -126,18 +119,6 @@ pub fn validate(verdict: &Verdict, member_count: usize) -> Result<(), String> {
 fn is_camel_case(s: &str) -> bool {
     let mut chars = s.chars();
     chars.next().is_some_and(|c| c.is_ascii_uppercase()) && chars.all(|c| c.is_ascii_alphanumeric())
-}
-
-/// At most `max` bytes, cut on a character boundary.
-pub(super) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 #[cfg(test)]
@@ -223,7 +204,7 @@ mod tests {
     fn fallback_is_valid_and_claims_nothing() {
         let v = fallback_verdict(&"ü".repeat(2000));
         assert_eq!(validate(&v, 0), Ok(()));
-        for type_ in REQUIRED_CONDITIONS {
+        for type_ in REQUIRED {
             let c = v.condition(type_).unwrap();
             assert_eq!(c.status, ConditionStatus::Unknown);
             assert_eq!(c.reason, FALLBACK_REASON);

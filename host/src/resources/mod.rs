@@ -7,12 +7,17 @@
 //! with the member, and a dormant member keeps its PVC.
 
 mod member;
+mod names;
 mod pdb;
 mod pod;
 mod pvc;
 mod service;
 
 pub use member::{cluster_token, etcd_member};
+pub use names::{
+    joining_initial_cluster, listed_member_name, member_client_url, member_host,
+    member_name_from_peer_url, member_peer_url, new_member_name, seed_initial_cluster,
+};
 pub use pdb::pod_disruption_budget;
 pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod};
 pub use pvc::{member_pvc, pvc_name};
@@ -38,6 +43,8 @@ pub const LABEL_ROLE: &str = "etcd.steward.dev/role";
 pub const ROLE_VOTER: &str = "voter";
 pub const ROLE_LEARNER: &str = "learner";
 pub const MANAGER: &str = "etcd-steward";
+/// The field manager of everything the operator writes with server-side apply.
+pub const FIELD_MANAGER: &str = MANAGER;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BuildError {
@@ -86,70 +93,6 @@ pub fn cluster_selector(cluster: &str) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// A member's stable DNS name through the headless Service.
-pub fn member_host(member: &str, cluster: &str, namespace: &str) -> String {
-    format!("{member}.{cluster}.{namespace}.svc")
-}
-
-pub fn member_client_url(member: &str, cluster: &str, namespace: &str) -> String {
-    format!(
-        "http://{}:{CLIENT_PORT}",
-        member_host(member, cluster, namespace)
-    )
-}
-
-pub fn member_peer_url(member: &str, cluster: &str, namespace: &str) -> String {
-    format!(
-        "http://{}:{PEER_PORT}",
-        member_host(member, cluster, namespace)
-    )
-}
-
-/// `--initial-cluster` for a seed: just itself.
-pub fn seed_initial_cluster(member: &str, cluster: &str, namespace: &str) -> String {
-    format!("{member}={}", member_peer_url(member, cluster, namespace))
-}
-
-/// `--initial-cluster` for a member joining after MemberAddAsLearner, from
-/// etcd's own member list: each listed member by name and peer URL. The
-/// joining member is listed already but nameless (it has not started), so
-/// it is recognised by its peer URL. Any other nameless member gets the
-/// first DNS label of its peer URL, which is its name for members this
-/// operator created. None when the list does not contain the joining
-/// member's peer URL: etcd would refuse such a flag, so the member must not
-/// be created from it.
-pub fn joining_initial_cluster(
-    listed: &[steward_policy_sdk::EtcdMember],
-    joining: &str,
-    joining_peer_url: &str,
-) -> Option<String> {
-    if !listed
-        .iter()
-        .any(|m| m.peer_urls.iter().any(|u| u == joining_peer_url))
-    {
-        return None;
-    }
-    let mut entries = Vec::new();
-    for member in listed {
-        for url in &member.peer_urls {
-            let name = if url == joining_peer_url {
-                joining.to_owned()
-            } else if !member.name.is_empty() {
-                member.name.clone()
-            } else {
-                host_label(url).to_owned()
-            };
-            entries.push(format!("{name}={url}"));
-        }
-    }
-    Some(entries.join(","))
-}
-
-fn host_label(url: &str) -> &str {
-    let host = url.split("://").nth(1).unwrap_or(url);
-    host.split(['.', ':', '/']).next().unwrap_or(host)
 }
 
 fn namespace_of<K: Resource<DynamicType = ()>>(
@@ -250,65 +193,6 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn member_urls_go_through_the_headless_service() {
-        assert_eq!(
-            member_client_url("main-0", "main", "prod"),
-            "http://main-0.main.prod.svc:2379"
-        );
-        assert_eq!(
-            member_peer_url("main-0", "main", "prod"),
-            "http://main-0.main.prod.svc:2380"
-        );
-        assert_eq!(
-            seed_initial_cluster("main-0", "main", "prod"),
-            "main-0=http://main-0.main.prod.svc:2380"
-        );
-    }
-
-    #[test]
-    fn a_joining_member_gets_every_listed_peer_and_its_own_name() {
-        let listed = |id: u64, name: &str, url: &str| steward_policy_sdk::EtcdMember {
-            id,
-            name: name.into(),
-            peer_urls: vec![url.into()],
-            client_urls: vec![],
-            is_learner: name.is_empty(),
-        };
-        let members = [
-            listed(1, "main-0", "http://main-0.main.prod.svc:2380"),
-            listed(2, "main-1", "http://main-1.main.prod.svc:2380"),
-            // Added as a learner a moment ago: etcd knows no name yet.
-            listed(3, "", "http://main-3.main.prod.svc:2380"),
-        ];
-        assert_eq!(
-            joining_initial_cluster(
-                &members,
-                "main-3",
-                &member_peer_url("main-3", "main", "prod")
-            )
-            .as_deref(),
-            Some(
-                "main-0=http://main-0.main.prod.svc:2380,main-1=http://main-1.main.prod.svc:2380,main-3=http://main-3.main.prod.svc:2380"
-            )
-        );
-        // A nameless member that is not the one joining still gets a name.
-        let mut four = members.to_vec();
-        four.push(listed(4, "", "http://main-4.main.prod.svc:2380"));
-        let flag = joining_initial_cluster(&four, "main-4", "http://main-4.main.prod.svc:2380");
-        assert!(
-            flag.as_deref()
-                .unwrap()
-                .contains("main-3=http://main-3.main.prod.svc:2380,main-4="),
-            "{flag:?}"
-        );
-        // MemberAdd not visible in the list (yet): no flag to start from.
-        assert_eq!(
-            joining_initial_cluster(&members, "main-5", "http://main-5.main.prod.svc:2380"),
-            None
-        );
-    }
 
     #[test]
     fn the_selector_matches_the_labels_of_every_member() {

@@ -46,6 +46,7 @@ const FAULTS: &[&str] = &[
     "sleep",
     "stdout-flood",
     "count",
+    "claim-verified",
 ];
 
 struct Chaos;
@@ -182,6 +183,17 @@ impl Guest for Chaos {
                 }
                 healthy(&observation)
             }
+            // Says all is well and etcd verified it, whatever the probe saw:
+            // the host must reject the verdict when etcd confirmed no quorum.
+            "claim-verified" => Verdict {
+                verified: true,
+                ready_members: observation.members.len() as u32,
+                ..verdict(
+                    &observation,
+                    ConditionStatus::True,
+                    "chaos: claims a verified quorum".to_owned(),
+                )
+            },
             "count" => verdict(
                 &observation,
                 ConditionStatus::True,

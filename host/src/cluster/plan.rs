@@ -1,7 +1,7 @@
 //! Decides the one membership step a reconcile may take.
 //!
 //! Pure: it sees facts (what Kubernetes holds, what etcd said in this
-//! reconcile's probe, whether the policy verified quorum) and returns a
+//! reconcile's probe, whether etcd confirmed a quorum) and returns a
 //! [`Step`]. The act stage carries the step out. Keeping the decision apart
 //! from the side effects lets every rule be tested as a scenario, and makes
 //! "no membership change without verified quorum" a property of one function.
@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 
 use steward_policy_sdk::{EtcdMember as EtcdListed, quorum};
+
+use crate::resources::listed_member_name;
 
 /// What the planner knows about one EtcdMember object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +30,8 @@ pub struct Facts {
     pub desired: u32,
     pub deleting: bool,
     pub cluster_id_latched: bool,
-    /// The policy's verdict says etcd confirmed quorum in this reconcile.
+    /// etcd confirmed a quorum in this reconcile's probe (the host's own
+    /// check, [`crate::facts::quorum`]; never the policy's word).
     pub quorum_verified: bool,
     pub members: Vec<MemberFacts>,
     /// etcd's own member list from this reconcile, if it answered.
@@ -110,22 +113,6 @@ impl Step {
     }
 }
 
-/// The member name a peer URL belongs to: `http://<member>.<cluster>.<ns>.svc:2380`.
-pub fn member_name_from_peer_url(url: &str) -> Option<&str> {
-    let host = url.split("://").nth(1)?;
-    let name = host.split(['.', ':', '/']).next()?;
-    (!name.is_empty()).then_some(name)
-}
-
-fn listed_name(m: &EtcdListed) -> Option<&str> {
-    if !m.name.is_empty() {
-        return Some(m.name.as_str());
-    }
-    m.peer_urls
-        .iter()
-        .find_map(|u| member_name_from_peer_url(u))
-}
-
 pub fn plan(f: &Facts) -> Step {
     if f.deleting {
         return Step::Idle;
@@ -176,7 +163,7 @@ pub fn plan(f: &Facts) -> Step {
     // the add. A *started* member without an object is one whose removal a
     // lagging member has not applied yet; it must never be re-created.
     for m in listed.iter().filter(|m| m.is_learner && m.name.is_empty()) {
-        if let Some(name) = listed_name(m)
+        if let Some(name) = listed_member_name(m)
             && !live.iter().any(|k| k.name == name)
         {
             return Step::Adopt {
@@ -186,7 +173,7 @@ pub fn plan(f: &Facts) -> Step {
     }
     if let Some(stranger) = listed
         .iter()
-        .filter_map(listed_name)
+        .filter_map(listed_member_name)
         .find(|name| !live.iter().any(|k| k.name == *name))
     {
         return Step::Wait(format!(
@@ -201,7 +188,7 @@ pub fn plan(f: &Facts) -> Step {
     }
 
     if let Some(learner) = listed.iter().find(|m| m.is_learner) {
-        let name = listed_name(learner).unwrap_or_default().to_owned();
+        let name = listed_member_name(learner).unwrap_or_default().to_owned();
         let leader_index = f.leader_id.and_then(|l| f.raft_index.get(&l)).copied();
         let learner_index = f.raft_index.get(&learner.id).copied();
         return match (learner_index, leader_index) {
@@ -240,7 +227,7 @@ fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts) -> Step {
         .collect();
     let in_etcd = listed
         .iter()
-        .find(|m| listed_name(m) == Some(broken.name.as_str()));
+        .find(|m| listed_member_name(m) == Some(broken.name.as_str()));
     if let Some(m) = in_etcd.filter(|m| !m.is_learner) {
         let answering_others = voters
             .iter()
@@ -269,7 +256,7 @@ fn newest_removable(live: &[&MemberFacts], f: &Facts) -> Option<String> {
             .as_ref()?
             .iter()
             .find(|m| m.id == id)
-            .and_then(listed_name)
+            .and_then(listed_member_name)
             .map(str::to_owned)
     });
     let mut candidates: Vec<&&MemberFacts> = live
@@ -478,14 +465,5 @@ mod tests {
     #[test]
     fn steady_state_is_idle() {
         assert_eq!(plan(&healthy(3, &["a", "b", "c"])), Step::Idle);
-    }
-
-    #[test]
-    fn peer_urls_name_their_member() {
-        assert_eq!(
-            member_name_from_peer_url("http://etcd-abcde.etcd.ns.svc:2380"),
-            Some("etcd-abcde")
-        );
-        assert_eq!(member_name_from_peer_url("garbage"), None);
     }
 }

@@ -1,7 +1,7 @@
 //! Stage 1: gather what Kubernetes and etcd say about one cluster.
 //!
 //! Kubernetes objects come from the watch caches; etcd is probed through
-//! [`crate::observe::probe_cluster`]. Nothing here returns a `Result`: an
+//! [`crate::facts::probe_cluster`]. Nothing here returns a `Result`: an
 //! etcd that does not answer is the most important thing to observe, and
 //! the policy (not this code) decides what it means.
 
@@ -12,10 +12,9 @@ use kube::ResourceExt;
 use steward_policy_sdk as sdk;
 
 use super::plan::{Facts, MemberFacts};
-use super::pod_facts::{PodFacts, ms, pod_facts};
 use crate::api::{EtcdCluster, EtcdMember, MemberRole as ApiRole};
-use crate::controller::{Context, OperatorConfig};
-use crate::observe::{ProbeTarget, probe_cluster};
+use crate::context::{Context, OperatorConfig};
+use crate::facts::{PodFacts, ProbeTarget, cluster_members, ms, pod_facts, probe_cluster};
 use crate::resources;
 
 /// One member as the reconcile sees it.
@@ -23,6 +22,7 @@ use crate::resources;
 pub struct MemberView {
     pub object: Arc<EtcdMember>,
     pub pod: PodFacts,
+    pub pod_uid: Option<String>,
 }
 
 impl MemberView {
@@ -30,17 +30,16 @@ impl MemberView {
         self.object.name_any()
     }
 
-    /// Consecutive Pod failures: those the member controller counted when it
-    /// recreated a failed Pod, plus the current Pod if it failed and waits
-    /// (backing off) to be recreated, so a crash loop is acted on at the
-    /// threshold rather than one more start later.
+    /// Consecutive Pod failures: those the member controller counted, plus
+    /// the current Pod if it failed and the member's status does not count
+    /// it yet, so a crash loop is acted on at the threshold rather than one
+    /// more start later.
     pub fn failures(&self) -> u32 {
-        let counted = self
-            .object
-            .status
-            .as_ref()
-            .map_or(0, |s| s.consecutive_failures);
-        let pending = !self.pod.deleting && self.pod.counts_as_failure();
+        let status = self.object.status.as_ref();
+        let counted = status.map_or(0, |s| s.consecutive_failures);
+        let known = self.pod_uid.is_some()
+            && status.and_then(|s| s.last_terminated_pod_uid.as_ref()) == self.pod_uid.as_ref();
+        let pending = !self.pod.deleting && self.pod.counts_as_failure() && !known;
         counted + u32::from(pending)
     }
 }
@@ -121,26 +120,6 @@ impl Observed {
     }
 }
 
-/// The members of a cluster, from the watch cache, oldest first.
-pub fn cluster_members(ctx: &Context, cluster: &EtcdCluster) -> Vec<Arc<EtcdMember>> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let name = cluster.name_any();
-    let mut members: Vec<Arc<EtcdMember>> = ctx
-        .stores
-        .members
-        .state()
-        .into_iter()
-        .filter(|m| m.namespace().as_deref() == Some(ns.as_str()) && m.spec.cluster == name)
-        .collect();
-    members.sort_by(|a, b| {
-        a.metadata
-            .creation_timestamp
-            .cmp(&b.metadata.creation_timestamp)
-            .then_with(|| a.name_any().cmp(&b.name_any()))
-    });
-    members
-}
-
 pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     let now = jiff::Timestamp::now();
     let ns = cluster.namespace().unwrap_or_default();
@@ -153,6 +132,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
                 .get(&kube::runtime::reflector::ObjectRef::new(&object.name_any()).within(&ns));
             MemberView {
                 pod: pod_facts(pod.as_deref()),
+                pod_uid: pod.as_ref().and_then(|p| p.uid()),
                 object,
             }
         })
@@ -275,7 +255,16 @@ fn host_phase(
         return sdk::HostPhase::Deleting;
     }
     if desired == 0 {
-        return sdk::HostPhase::Paused;
+        // Paused once only dormant members without a Pod are left; until
+        // then the members are being wound down.
+        let settled = members
+            .iter()
+            .all(|m| m.object.spec.dormant && m.pod.phase == sdk::PodPhase::Absent);
+        return if settled {
+            sdk::HostPhase::Paused
+        } else {
+            sdk::HostPhase::ScalingDown
+        };
     }
     if !latched {
         return sdk::HostPhase::Bootstrapping;

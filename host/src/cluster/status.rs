@@ -18,8 +18,10 @@ use crate::api::{
     write_whole_status,
 };
 use crate::conditions::{self, Stall};
-use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::context::Context;
+use crate::error::Error;
 use crate::resources;
+use crate::resources::FIELD_MANAGER;
 
 /// Proof that this reconcile's status was written. Only [`write`] makes
 /// one, and [`super::act::act`] needs one: that is what puts "act" after
@@ -46,14 +48,21 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
     let generation = cluster.metadata.generation.unwrap_or_default();
 
     let stall = stall(e, &prev, now);
-    let declared = Vec::new();
-    let desired = conditions::desired(
+    let running: Vec<&str> = e
+        .observed
+        .answered()
+        .values()
+        .map(|s| s.version.as_str())
+        .filter(|v| !v.is_empty())
+        .collect();
+    let mut desired = conditions::desired(
         &e.verdict.conditions,
-        &declared,
+        &e.declared,
         e.observed.observation.phase,
         stall.as_ref(),
         step.describe().as_deref(),
     );
+    desired.push(conditions::version_drifted(&cluster.spec.version, &running));
     let conditions = conditions::merge(&prev.conditions, &desired, generation, now);
 
     let answered = e.observed.answered();
@@ -80,6 +89,7 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
                 } else {
                     MemberRole::Voter
                 },
+                version: status.map(|s| s.version.clone()).filter(|v| !v.is_empty()),
                 leader: id.is_some() && id == leader,
                 healthy: m.pod.ready && status.is_some() && !m.pod.deleting,
                 name,
@@ -114,6 +124,9 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
         selector: Some(resources::cluster_selector(&cluster.name_any())),
         cluster_id: e.observed.cluster_id.clone(),
         cluster_token: Some(resources::cluster_token(cluster)),
+        version: conditions::cluster_version(&running)
+            .map(str::to_owned)
+            .or(prev.version.clone()),
         observed: Some(target),
         last_verified_time: if e.verdict.verified {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now))
@@ -134,7 +147,7 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
             .filter(|m| is_crash_looping(m.failures(), ctx.config.crash_loop_threshold))
             .map(|m| m.name())
             .collect(),
-        last_action_error: ctx.last_action_error(cluster),
+        last_action_error: ctx.last_action_error(cluster.as_ref()),
         progress_deadline,
         conditions,
     }
@@ -142,9 +155,9 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
 
 fn stall(e: &Evaluated, prev: &EtcdClusterStatus, now: jiff::Timestamp) -> Option<Stall> {
     if let Some(p) = &e.problem
-        && p.stalls
+        && p.stalls()
     {
-        return Some(Stall::PolicyUnloadable(p.message.clone()));
+        return Some(Stall::PolicyUnloadable(p.message()));
     }
     let deadline = prev.progress_deadline.as_ref()?;
     (is_moving(e.observed.observation.phase) && now > deadline.0).then(|| {
@@ -173,7 +186,7 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     let step = plan(
         &evaluated
             .observed
-            .plan_facts(evaluated.verdict.verified, &ctx.config),
+            .plan_facts(evaluated.quorum.is_ok(), &ctx.config),
     );
     let status = next_status(&evaluated, &step, ctx);
 
@@ -185,10 +198,19 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
 
     // The PDB belongs with the status: both describe what the cluster can
     // tolerate right now, so it must never go stale when etcd is down.
+    // A dormant member has no Pod to protect: a paused cluster's PDB
+    // protects nothing (minAvailable 0) rather than blocking drains.
+    let dormant: Vec<String> = evaluated
+        .observed
+        .members
+        .iter()
+        .filter(|m| m.object.spec.dormant)
+        .map(|m| m.name())
+        .collect();
     let voters = status
         .members
         .iter()
-        .filter(|m| matches!(m.role, MemberRole::Voter))
+        .filter(|m| matches!(m.role, MemberRole::Voter) && !dormant.contains(&m.name))
         .count();
     if let Ok(pdb) = resources::pod_disruption_budget(cluster, voters) {
         let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
@@ -237,8 +259,11 @@ async fn publish_events(e: &Evaluated, status: &EtcdClusterStatus, ctx: &Context
     if let Some(p) = &e.problem {
         events.push(KubeEvent {
             type_: KubeEventType::Warning,
-            reason: p.reason.into(),
-            note: Some(p.message.clone()),
+            reason: p.reason().into(),
+            note: Some(crate::text::truncate(
+                &p.message(),
+                conditions::MAX_MESSAGE_BYTES,
+            )),
             action: "EvaluatePolicy".into(),
             secondary: None,
         });

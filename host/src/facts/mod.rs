@@ -1,5 +1,7 @@
-//! Observe: the first stage of every reconcile (observe → evaluate → write
-//! status → act). It finds out what etcd says about a cluster right now.
+//! What both controllers know about a cluster's members: what etcd says
+//! right now ([`probe_cluster`]), the members in the watch cache
+//! ([`cluster_members`]) and their Pods ([`PodFacts`]). The observe stage of
+//! each reconcile (observe → evaluate → write status → act) is built on it.
 //!
 //! # Why nothing here returns an error
 //!
@@ -21,9 +23,15 @@
 //! parallel, so even when every endpoint hangs the probe takes about one
 //! deadline, and the status is written seconds after an outage begins.
 
+mod members;
+mod pod;
 mod probe;
+pub mod quorum;
 
+pub use members::cluster_members;
+pub use pod::{PodFacts, ms, pod_facts};
 pub use probe::{ProbeTarget, probe_cluster};
+pub use quorum::Quorum;
 
 /// Re-exported for callers that build on the report.
 pub use steward_policy_sdk::ProbeReport;

@@ -26,7 +26,6 @@ pub mod act;
 pub mod evaluate;
 pub mod observe;
 pub mod plan;
-pub mod pod_facts;
 pub mod status;
 
 use std::sync::Arc;
@@ -34,7 +33,8 @@ use std::sync::Arc;
 use kube::runtime::controller::Action;
 
 use crate::api::EtcdCluster;
-use crate::controller::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 
 /// The whole pipeline for one EtcdCluster.
 pub async fn reconcile_cluster(

@@ -14,9 +14,10 @@ use kube::{Resource, ResourceExt};
 use super::plan::Step;
 use super::status::StatusWritten;
 use crate::api::{EtcdCluster, EtcdMember};
-use crate::controller::{Context, FIELD_MANAGER};
-use crate::etcd::RpcError;
+use crate::context::Context;
+use crate::error::{ActError, etcd, kube};
 use crate::resources;
+use crate::resources::FIELD_MANAGER;
 
 pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     let e = &written.evaluated;
@@ -26,39 +27,38 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
         ensure_services(cluster, ctx).await?;
         let step = &written.step;
         if step.changes_membership() {
-            tracing::info!(cluster = %cluster.name_any(), ?step, "membership step");
+            tracing::info!(?step, "membership step");
         }
         take(step, &written, ctx).await?;
-        Ok::<Step, anyhow::Error>(step.clone())
+        Ok::<Step, ActError>(step.clone())
     }
     .await;
 
     let step = match result {
         Ok(step) => {
-            ctx.record_action(cluster, None);
+            ctx.record_action(cluster.as_ref(), None);
             Some(step)
         }
-        Err(err)
-            if err
-                .downcast_ref::<RpcError>()
-                .is_some_and(RpcError::is_refused_for_now) =>
-        {
-            tracing::info!(cluster = %cluster.name_any(), reason = %err, "etcd refused the step for now");
-            ctx.record_action(cluster, None);
+        Err(err) if err.is_refused_for_now() => {
+            tracing::info!(reason = %err, "etcd refused the step for now");
+            ctx.record_action(cluster.as_ref(), None);
             Some(Step::Wait(err.to_string()))
         }
         Err(err) => {
-            let message = format!("{err:#}");
-            tracing::warn!(cluster = %cluster.name_any(), error = %message, "action failed");
+            let message = err.to_string();
+            tracing::warn!(error = %message, "action failed");
             let ev = KubeEvent {
                 type_: KubeEventType::Warning,
                 reason: "ActionFailed".into(),
-                note: Some(message.chars().take(1000).collect()),
+                note: Some(crate::text::truncate(
+                    &message,
+                    crate::conditions::MAX_MESSAGE_BYTES,
+                )),
                 action: "Reconcile".into(),
                 secondary: None,
             };
             let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
-            ctx.record_action(cluster, Some(message));
+            ctx.record_action(cluster.as_ref(), Some(message));
             None
         }
     };
@@ -76,7 +76,7 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     Action::requeue(next)
 }
 
-async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> anyhow::Result<()> {
+async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), ActError> {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(ctx.client.clone(), &ns);
     for svc in [
@@ -88,12 +88,13 @@ async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> anyhow::Result
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&svc),
         )
-        .await?;
+        .await
+        .map_err(kube(format!("applying Service {}", svc.name_any())))?;
     }
     Ok(())
 }
 
-async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Result<()> {
+async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(), ActError> {
     let e = &written.evaluated;
     let cluster = &e.observed.cluster;
     let ns = cluster.namespace().unwrap_or_default();
@@ -109,7 +110,8 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
                     resources::LABEL_INSTANCE,
                     cluster.name_any()
                 )))
-                .await?;
+                .await
+                .map_err(kube("listing the cluster's EtcdMembers"))?;
             if existing
                 .items
                 .iter()
@@ -117,46 +119,59 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
             {
                 return Ok(());
             }
-            let name = ctx.new_member_name(cluster);
+            let name = resources::new_member_name(&cluster.name_any());
             let initial = resources::seed_initial_cluster(&name, &cluster.name_any(), &ns);
             let member = resources::etcd_member(cluster, &name, &initial, true)?;
-            members.create(&PostParams::default(), &member).await?;
+            members
+                .create(&PostParams::default(), &member)
+                .await
+                .map_err(kube(format!("creating seed EtcdMember {name}")))?;
             Ok(())
         }
         Step::AddLearner => {
-            let name = ctx.new_member_name(cluster);
+            let name = resources::new_member_name(&cluster.name_any());
             let peer = resources::member_peer_url(&name, &cluster.name_any(), &ns);
             let endpoints = leader_first_endpoints(written);
             let added = ctx
                 .etcd
                 .member_add_as_learner(&endpoints, std::slice::from_ref(&peer))
-                .await?;
-            let initial = initial_cluster(&added.members, &name, &peer);
+                .await
+                .map_err(etcd(format!("MemberAddAsLearner {peer}")))?;
+            let initial = joining(&added.members, &name, &peer)?;
             let member = resources::etcd_member(cluster, &name, &initial, false)?;
-            members.create(&PostParams::default(), &member).await?;
+            members
+                .create(&PostParams::default(), &member)
+                .await
+                .map_err(kube(format!("creating EtcdMember {name}")))?;
             Ok(())
         }
         Step::Adopt { name } => {
             let listed = e.observed.listed_members().unwrap_or_default();
             let peer = resources::member_peer_url(name, &cluster.name_any(), &ns);
-            let initial = initial_cluster(listed, name, &peer);
+            let initial = joining(listed, name, &peer)?;
             let member = resources::etcd_member(cluster, name, &initial, false)?;
             match members.create(&PostParams::default(), &member).await {
                 // The watch cache lagged behind an AddLearner that created
                 // it a moment ago: the object this step wanted exists.
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                other => other.map(drop).map_err(Into::into),
+                other => other.map(drop).map_err(kube(format!(
+                    "creating EtcdMember {name} for a listed learner"
+                ))),
             }
         }
         Step::Promote { id, .. } => {
             ctx.etcd
                 .member_promote(&leader_first_endpoints(written), *id)
-                .await?;
+                .await
+                .map_err(etcd(format!("MemberPromote {id:x}")))?;
             Ok(())
         }
         Step::Remove { name } => {
             // The member's finalizer runs MemberRemove, after verifying quorum.
-            members.delete(name, &Default::default()).await?;
+            members
+                .delete(name, &Default::default())
+                .await
+                .map_err(kube(format!("deleting EtcdMember {name}")))?;
             Ok(())
         }
         Step::Replace { name, failures } => {
@@ -171,7 +186,10 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
                 secondary: None,
             };
             let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
-            members.delete(name, &Default::default()).await?;
+            members
+                .delete(name, &Default::default())
+                .await
+                .map_err(kube(format!("deleting crash-looping EtcdMember {name}")))?;
             Ok(())
         }
         Step::MakeDormant { name } | Step::Wake { name } => {
@@ -179,28 +197,24 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> anyhow::Re
             let patch = serde_json::json!({"spec": {"dormant": dormant}});
             members
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+                .await
+                .map_err(kube(format!(
+                    "setting dormant={dormant} on EtcdMember {name}"
+                )))?;
             Ok(())
         }
     }
 }
 
-/// `name=peerURL,...` from etcd's own member list, naming the new member.
-fn initial_cluster(listed: &[steward_policy_sdk::EtcdMember], name: &str, peer: &str) -> String {
-    let mut parts: Vec<String> = listed
-        .iter()
-        .filter(|m| !m.peer_urls.iter().any(|u| u == peer))
-        .filter_map(|m| {
-            let n = if m.name.is_empty() {
-                super::plan::member_name_from_peer_url(m.peer_urls.first()?)?.to_owned()
-            } else {
-                m.name.clone()
-            };
-            Some(format!("{n}={}", m.peer_urls.first()?))
-        })
-        .collect();
-    parts.push(format!("{name}={peer}"));
-    parts.join(",")
+/// `--initial-cluster` for a joining member, from etcd's own member list.
+fn joining(
+    listed: &[steward_policy_sdk::EtcdMember],
+    name: &str,
+    peer: &str,
+) -> Result<String, ActError> {
+    resources::joining_initial_cluster(listed, name, peer).ok_or_else(|| ActError::NotListed {
+        peer_url: peer.to_owned(),
+    })
 }
 
 /// Client endpoints that answered this reconcile, the leader's first.
@@ -221,33 +235,4 @@ fn leader_first_endpoints(written: &StatusWritten) -> Vec<String> {
         .collect();
     answered.sort();
     answered.into_iter().map(|(_, e)| e).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn initial_cluster_comes_from_etcds_member_list() {
-        let listed = vec![
-            steward_policy_sdk::EtcdMember {
-                id: 1,
-                name: "etcd-a".into(),
-                peer_urls: vec!["http://etcd-a.etcd.ns.svc:2380".into()],
-                client_urls: vec![],
-                is_learner: false,
-            },
-            steward_policy_sdk::EtcdMember {
-                id: 2,
-                name: String::new(),
-                peer_urls: vec!["http://etcd-b.etcd.ns.svc:2380".into()],
-                client_urls: vec![],
-                is_learner: true,
-            },
-        ];
-        assert_eq!(
-            initial_cluster(&listed, "etcd-b", "http://etcd-b.etcd.ns.svc:2380"),
-            "etcd-a=http://etcd-a.etcd.ns.svc:2380,etcd-b=http://etcd-b.etcd.ns.svc:2380"
-        );
-    }
 }

@@ -1,0 +1,154 @@
+//! Stage 2: turn the observation into a verdict with the cluster's policy.
+//!
+//! Infallible by construction: a policy that cannot be found, loaded or run,
+//! settings it rejects, or a verdict that claims what etcd did not confirm,
+//! all yield the host's fallback verdict (`Available=Unknown`, reason
+//! `PolicyFailed`) plus a [`PolicyProblem`], which the status stage shows
+//! (as `Stalled=True` when only a human can fix it) and as a Warning Event.
+
+use steward_policy_sdk::Verdict;
+
+use super::observe::Observed;
+use crate::api::PolicyStatus;
+use crate::context::Context;
+use crate::facts::quorum::{self, Quorum};
+use crate::policy::{PolicyError, ResolveError, fallback_verdict};
+
+/// Why the host had to stand in for the policy.
+#[derive(Clone, Debug)]
+pub enum PolicyProblem {
+    /// The policy cannot be fetched, compiled or instantiated.
+    Unavailable(ResolveError),
+    /// The policy's validate-settings rejects `spec.statusPolicy.settings`.
+    InvalidSettings { policy: String, message: String },
+    /// This evaluation failed (trap, deadline, memory, a malformed verdict).
+    Failed(PolicyError),
+    /// The verdict says etcd verified a quorum; the host's own check of the
+    /// same observation found none. A policy never gets to claim that.
+    UnconfirmedVerification { why: String },
+}
+
+impl PolicyProblem {
+    /// CamelCase, for the Event (and Stalled, when it stalls).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "PolicyUnavailable",
+            Self::InvalidSettings { .. } => "InvalidPolicySettings",
+            Self::Failed(_) | Self::UnconfirmedVerification { .. } => "PolicyFailed",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Self::Unavailable(e) => e.to_string(),
+            Self::InvalidSettings { policy, message } => {
+                format!("spec.statusPolicy.settings rejected by {policy}: {message}")
+            }
+            Self::Failed(e) => e.to_string(),
+            Self::UnconfirmedVerification { why } => format!(
+                "the policy's verdict claims a verified quorum, but etcd confirmed none ({why}); \
+                 the verdict was rejected"
+            ),
+        }
+    }
+
+    /// Needs a human: the policy cannot be loaded or rejects the settings.
+    /// A failed evaluation does not stall: the next one may succeed.
+    pub fn stalls(&self) -> bool {
+        matches!(self, Self::Unavailable(_) | Self::InvalidSettings { .. })
+    }
+}
+
+pub struct Evaluated {
+    pub observed: Observed,
+    pub verdict: Verdict,
+    /// The policy that produced the verdict (or was meant to).
+    pub policy: PolicyStatus,
+    /// The condition types the policy declares (empty for a fallback).
+    pub declared: Vec<String>,
+    /// The host's own quorum check of this observation; membership actions
+    /// are decided on it, never on the verdict.
+    pub quorum: Result<Quorum, String>,
+    pub problem: Option<PolicyProblem>,
+}
+
+impl Evaluated {
+    fn fallback(observed: Observed, policy: PolicyStatus, problem: PolicyProblem) -> Self {
+        Evaluated {
+            verdict: fallback_verdict(&problem.message()),
+            quorum: quorum::confirmed_in(&observed.observation.probing),
+            declared: Vec::new(),
+            policy,
+            problem: Some(problem),
+            observed,
+        }
+    }
+}
+
+pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
+    let spec_ref = observed.cluster.spec.status_policy.as_ref();
+    let named = spec_ref.and_then(|p| p.name.clone());
+    let policy = match ctx
+        .policies
+        .resolve(&observed.cluster, named.as_deref())
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            let status = PolicyStatus {
+                name: named.unwrap_or_default(),
+                version: String::new(),
+                digest: String::new(),
+            };
+            return Evaluated::fallback(observed, status, PolicyProblem::Unavailable(e));
+        }
+    };
+    let status = PolicyStatus {
+        name: policy.info.name.clone(),
+        version: policy.info.version.clone(),
+        digest: policy.digest.clone(),
+    };
+
+    if let Err(message) = ctx
+        .policies
+        .validate_settings(&policy, &observed.observation.settings)
+    {
+        let problem = PolicyProblem::InvalidSettings {
+            policy: status.name.clone(),
+            message,
+        };
+        return Evaluated::fallback(observed, status, problem);
+    }
+
+    // wasmtime-wasi's synchronous bindings block on the runtime, which must
+    // not happen on an async worker thread.
+    let evaluation = {
+        let policy = policy.clone();
+        let observation = observed.observation.clone();
+        match tokio::task::spawn_blocking(move || policy.evaluate(&observation)).await {
+            Ok(evaluation) => evaluation,
+            Err(join) => crate::policy::Evaluation {
+                verdict: fallback_verdict(&format!("the policy evaluation thread failed: {join}")),
+                error: None,
+            },
+        }
+    };
+    ctx.metrics.observe_policy(evaluation.error.as_ref());
+    if let Some(e) = evaluation.error {
+        return Evaluated::fallback(observed, status, PolicyProblem::Failed(e));
+    }
+    let quorum = quorum::confirmed_in(&observed.observation.probing);
+    if let (true, Err(why)) = (evaluation.verdict.verified, &quorum) {
+        let problem = PolicyProblem::UnconfirmedVerification { why: why.clone() };
+        ctx.metrics.count_rejected_verdict();
+        return Evaluated::fallback(observed, status, problem);
+    }
+    Evaluated {
+        verdict: evaluation.verdict,
+        declared: policy.info.condition_types.clone(),
+        quorum,
+        policy: status,
+        problem: None,
+        observed,
+    }
+}

@@ -1,0 +1,92 @@
+//! Stage 2 of the member reconcile: write the member's status, before any
+//! call on its Pod or PVC.
+
+use kube::ResourceExt;
+use kube::api::Api;
+use steward_policy_sdk::ConditionStatus;
+
+use super::observe::Observed;
+use crate::api::{EtcdMember, EtcdMemberStatus, MemberRole, StorageMedium, write_whole_status};
+use crate::conditions::{self, MemberState};
+use crate::context::Context;
+use crate::error::Error;
+use crate::resources;
+
+/// Proof that this reconcile wrote the member's status; [`super::act::act`]
+/// needs one.
+pub struct StatusWritten {
+    pub(super) observed: Observed,
+    pub(super) status: EtcdMemberStatus,
+}
+
+impl StatusWritten {
+    pub fn status(&self) -> &EtcdMemberStatus {
+        &self.status
+    }
+}
+
+/// The status the observation implies.
+pub fn next_status(o: &Observed, last_action_error: Option<String>) -> EtcdMemberStatus {
+    let member = &o.member;
+    let name = o.name();
+    let prev = member.status.clone().unwrap_or_default();
+    let summary = o.summary();
+    let confirmed_id = summary.and_then(|s| s.id.clone());
+    let desired = conditions::member_conditions(&MemberState {
+        dormant: member.spec.dormant,
+        pod_ready: o.facts.ready,
+        listed: summary.map(|s| s.id.is_some()),
+        member_id: confirmed_id
+            .as_deref()
+            .or(prev.member_id.as_deref())
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok()),
+        spec_version: member.spec.version.clone(),
+        running_version: summary.and_then(|s| s.version.clone()),
+    });
+    let ready = desired
+        .iter()
+        .any(|c| c.type_ == conditions::member::READY && c.status == ConditionStatus::True);
+    let pod_uid = o.pod.as_ref().and_then(|p| p.uid());
+    EtcdMemberStatus {
+        member_id: confirmed_id.or(prev.member_id.clone()),
+        pod_name: o.pod.as_ref().map(|p| p.name_any()),
+        pod_uid: pod_uid.clone(),
+        is_voter: summary.is_none_or(|s| matches!(s.role, MemberRole::Voter)),
+        pvc_name: (!matches!(member.spec.storage.medium, StorageMedium::Memory))
+            .then(|| resources::pvc_name(&name)),
+        pod_restarts: prev.pod_restarts + u32::from(o.newly_terminated),
+        // Ready (Pod Ready and confirmed by etcd) ends a crash loop.
+        consecutive_failures: if ready { 0 } else { o.failures() },
+        last_terminated_pod_uid: if o.newly_terminated {
+            pod_uid
+        } else {
+            prev.last_terminated_pod_uid.clone()
+        },
+        last_action_error: match (&o.cluster, last_action_error) {
+            (Err(read), _) => Some(read.clone()),
+            (Ok(_), e) => e,
+        },
+        version: summary
+            .and_then(|s| s.version.clone())
+            .or(prev.version.clone()),
+        conditions: conditions::merge(
+            &prev.conditions,
+            &desired,
+            member.metadata.generation.unwrap_or_default(),
+            jiff::Timestamp::now(),
+        ),
+    }
+}
+
+pub async fn write(observed: Observed, ctx: &Context) -> Result<StatusWritten, Error> {
+    let status = next_status(&observed, ctx.last_action_error(observed.member.as_ref()));
+    let api: Api<EtcdMember> = Api::namespaced(
+        ctx.client.clone(),
+        &observed.member.namespace().unwrap_or_default(),
+    );
+    // The whole status, lists replaced and emptied fields cleared.
+    write_whole_status(&api, &observed.name(), &status)
+        .await
+        .map_err(Error::StatusWrite)?;
+    Ok(StatusWritten { observed, status })
+}
