@@ -2,11 +2,14 @@
 # Prints the directory holding the real Kubernetes binaries the tests and the
 # sandbox run: kube-apiserver, kube-controller-manager, kube-scheduler and
 # kubectl (one multi-call binary, `kube`, with a symlink per name), etcd (the
-# release k8s.io/kubernetes pins) and helm. Built once from tests/kube's Go
+# release k8s.io/kubernetes pins), helm, and steward-status (kstatus and
+# Argo CD's Lua health checks, for reading statuses as Flux and Argo do;
+# tests/kube/cmd/status). Built once from tests/kube's Go
 # module into the cache, keyed by a hash of that module (go.mod, go.sum and
 # its sources, and this script), so a fresh clone with the same module reuses them.
 # KUBE_BIN_DIR points it at binaries you already have instead (a distro's or
-# envtest's); it must hold at least the three control-plane binaries and kubectl.
+# envtest's); it must hold at least the three control-plane binaries and kubectl
+# (the tests that read statuses also need steward-status there).
 set -euo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/../tests/kube"
@@ -22,7 +25,7 @@ fi
 key=$(cat go.mod go.sum $(find cmd -name '*.go' | sort) "$self" | sha256sum | cut -c1-16)
 root="${ETCD_STEWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-steward}"
 out="$root/kube-$key"
-if [ -x "$out/kube" ] && [ -x "$out/etcd" ] && [ -x "$out/helm" ]; then
+if [ -x "$out/kube" ] && [ -x "$out/etcd" ] && [ -x "$out/helm" ] && [ -x "$out/steward-status" ]; then
   echo "$out"; exit 0
 fi
 
@@ -37,11 +40,12 @@ ldflags="-s -w -X $pkg.gitVersion=v$kver -X $pkg.gitMajor=$major -X $pkg.gitMino
 tmp="$out.part.$$"; trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
 say() { echo "ensure-kube: $*" >&2; }
-say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd and helm from tests/kube into $out"
+say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, helm and steward-status from tests/kube into $out"
 say "the first build compiles Kubernetes from source and takes 20-40 minutes on 2 cores; later runs reuse it"
 export CGO_ENABLED=0
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube" ./cmd/kube
 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd
+go build -trimpath -ldflags "-s -w" -o "$tmp/steward-status" ./cmd/status
 hver=$(sed -n 's#^\s*helm.sh/helm/v4 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$hver" -o "$tmp/helm" helm.sh/helm/v4/cmd/helm
 for b in "${need[@]}"; do ln -s kube "$tmp/$b"; done

@@ -3,7 +3,10 @@
 //! private mount namespace for Pod names).
 //!
 //! Each test waits with a generous bound: they assert what the status says
-//! and what etcd holds, not how fast. Detection latency is measured by the
+//! and what etcd holds, not how fast. Wherever a scenario reaches a state,
+//! it also asserts what kstatus (Flux, kpt) and Argo CD's health check read
+//! in the fetched object, by the real libraries (`Env::assert_read`), as
+//! docs/api.md ("How Flux and Argo CD read it") promises. Detection latency is measured by the
 //! `detection` benchmark (docs/benchmarks.md).
 
 mod support;
@@ -20,7 +23,24 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 async fn healthy_three(env: &Env, name: &str) -> String {
-    env.create_cluster(name, 3).await;
+    let watch = env.watch(name).await;
+    let created = env.create_cluster(name, 3).await;
+    // No status yet. kstatus counts an object without conditions as
+    // Current; Argo CD waits for the operator.
+    let r = env.assert_read(&created, "Current", "Progressing");
+    assert_eq!(r.argo.message, "Waiting for etcd-steward to report status");
+    let c = watch
+        .until(
+            "Reconciling=True while bootstrapping, not yet Available",
+            |c| {
+                condition(c, "Reconciling") == Some("True")
+                    && condition(c, "Available") != Some("True")
+            },
+        )
+        .await;
+    assert_eq!(condition_reason(&c, "Reconciling"), Some("Bootstrapping"));
+    let r = env.assert_read(&c, "InProgress", "Progressing");
+    assert!(r.argo.message.starts_with("Bootstrapping: "), "{r:?}");
     let c = env.wait_available(name, 3).await;
     assert_eq!(
         condition(&c, "Ready"),
@@ -117,6 +137,9 @@ fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
         assert_eq!(condition(&c, "Ready"), Some("False"));
         assert_eq!(condition(&c, "Degraded"), Some("True"));
         assert_eq!(ready_members(&c), 0);
+        // An outage: Flux waits (InProgress, not Failed), Argo CD is Degraded.
+        let r = env.assert_read(&c, "InProgress", "Degraded");
+        assert_eq!(r.kstatus.message, condition_message(&c, "Ready").unwrap());
         let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
             kube::Api::namespaced(env.client.clone(), NS)
                 .get("seed")
@@ -156,6 +179,11 @@ fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
             })
             .await;
         assert!(ready_members(&c) <= 2);
+        // A dead member changes no membership: Reconciling stays False, so
+        // kstatus reads the Ready mirror of Available.
+        assert_eq!(condition(&c, "Reconciling"), Some("False"));
+        let r = env.assert_read_healthy(&c);
+        assert!(r.argo.message.starts_with("Available, degraded: "), "{r:?}");
         env.wait_for("kills", "healed", |c| {
             condition(c, "Degraded") == Some("False") && ready_members(c) == 3
         })
@@ -185,6 +213,8 @@ fn one_killed_member_degrades_then_heals_and_two_killed_lose_quorum() {
         assert_eq!(condition_reason(&c, "Available"), Some("QuorumLost"));
         assert!(ready_members(&c) <= 1, "{:?}", c.status);
         assert_eq!(condition(&c, "Degraded"), Some("True"));
+        let r = env.assert_read(&c, "InProgress", "Degraded");
+        assert!(r.argo.message.starts_with("QuorumLost: "), "{r:?}");
         // The operator did its part: both Pods were recreated (and held).
         for n in &names[1..] {
             wait_pod(&env, n, "recreated and Pending", |p| {
@@ -269,6 +299,7 @@ async fn replaced_after_disk_fault(name: &str, seed: bool, fault: DiskFault) {
         .wait_for(name, "the crash-looping member replaced", |c| {
             condition(c, "Available") == Some("True")
                 && ready_members(c) == 3
+                && condition(c, "Reconciling") == Some("False")
                 && c.status.as_ref().is_some_and(|s| {
                     s.members.len() == 3
                         && !s.members.iter().any(|m| m.name == victim)
@@ -277,6 +308,7 @@ async fn replaced_after_disk_fault(name: &str, seed: bool, fault: DiskFault) {
         })
         .await;
     assert_eq!(condition(&c, "Degraded"), Some("False"));
+    env.assert_read_healthy(&c);
     let now = env.member_names(name).await;
     assert!(!now.contains(&victim), "{now:?}");
     // Every member answers with the one cluster ID the operator latched.
@@ -356,6 +388,7 @@ fn frozen_members_are_detected_without_any_pod_change() {
             )
             .await;
         assert_eq!(ready_members(&c), 0);
+        env.assert_read(&c, "InProgress", "Degraded");
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(env.client.clone(), NS);
         for n in &names {
@@ -402,6 +435,8 @@ fn names_that_stop_resolving_are_reported_as_dns() {
             .unwrap_or_default()
             .to_lowercase();
         assert!(message.contains("dns"), "the message names DNS: {message}");
+        let r = env.assert_read(&c, "InProgress", "Degraded");
+        assert!(r.argo.message.to_lowercase().contains("dns"), "{r:?}");
         for n in &names {
             env.plane.kubelet().restore_name(NS, n).unwrap();
         }
@@ -417,19 +452,50 @@ fn scaling_three_to_five_to_three_keeps_data_and_quorum() {
         let env = Env::start().await;
         let endpoints = healthy_three(&env, "scale").await;
 
-        env.scale("scale", 5).await;
+        let watch = env.watch("scale").await;
+        let patched = env.scale("scale", 5).await;
+        // The new generation is not observed yet: both consumers wait.
+        let r = env.assert_read(&patched, "InProgress", "Progressing");
+        let generation = patched.metadata.generation.unwrap();
+        assert_eq!(
+            r.argo.message,
+            format!("Waiting for etcd-steward to observe generation {generation}")
+        );
+        let c = watch
+            .until("Reconciling=True (ScalingUp) while Available", |c| {
+                condition_reason(c, "Reconciling") == Some("ScalingUp")
+                    && condition(c, "Reconciling") == Some("True")
+                    && condition(c, "Available") == Some("True")
+            })
+            .await;
+        // kstatus waits for the membership change; Argo CD checks
+        // Available before Reconciling, so a serving cluster is Healthy.
+        env.assert_read(&c, "InProgress", "Healthy");
         env.wait_available("scale", 5).await;
         let all = env.endpoints("scale").await;
         let list = env.etcdctl(&all, &["member", "list"]).await;
         assert_eq!(voters(&list), 5, "five voters, no learner left:\n{list}");
 
-        env.scale("scale", 3).await;
-        env.wait_for("scale", "three members again", |c| {
-            condition(c, "Available") == Some("True")
-                && ready_members(c) == 3
-                && c.status.as_ref().is_some_and(|s| s.members.len() == 3)
-        })
-        .await;
+        let watch = env.watch("scale").await;
+        let patched = env.scale("scale", 3).await;
+        env.assert_read(&patched, "InProgress", "Progressing");
+        let c = watch
+            .until("Reconciling=True (ScalingDown) while Available", |c| {
+                condition_reason(c, "Reconciling") == Some("ScalingDown")
+                    && condition(c, "Reconciling") == Some("True")
+                    && condition(c, "Available") == Some("True")
+            })
+            .await;
+        env.assert_read(&c, "InProgress", "Healthy");
+        let c = env
+            .wait_for("scale", "three members again", |c| {
+                condition(c, "Available") == Some("True")
+                    && ready_members(c) == 3
+                    && condition(c, "Reconciling") == Some("False")
+                    && c.status.as_ref().is_some_and(|s| s.members.len() == 3)
+            })
+            .await;
+        env.assert_read_healthy(&c);
         let now = env.endpoints("scale").await;
         let list = env.etcdctl(&now, &["member", "list"]).await;
         assert_eq!(voters(&list), 3, "{list}");
@@ -634,6 +700,7 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
                 after.status
             );
             assert_eq!(ready_members(&after), 0, "{rpc}");
+            env.assert_read(&after, "InProgress", "Degraded");
             if rpc.is_mutation() {
                 assert_eq!(
                     op.faults.calls(rpc),
@@ -685,6 +752,15 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
                     && condition_reason(c, "Available") == Some("PolicyFailed")
             })
             .await;
+        // Not verified is not healthy: Ready mirrors Unknown, so Flux
+        // waits; Argo CD says why.
+        let r = env.assert_read(&c, "InProgress", "Degraded");
+        assert!(
+            r.argo
+                .message
+                .starts_with("Health not verified: PolicyFailed: "),
+            "{r:?}"
+        );
         let streak = c.status.as_ref().unwrap().unverified_streak;
         // The status keeps updating while the policy keeps failing.
         env.wait_for("broken", "the status still updates", |c| {
@@ -704,6 +780,85 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
                     && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")),
             "a Warning Event names the policy failure"
         );
+
+        // A policy that cannot be had at all is for a human to fix:
+        // Stalled, which kstatus reads as Failed (Flux fails at once).
+        env.clusters()
+            .patch(
+                "broken",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({
+                    "spec": {"statusPolicy": {"name": "absent", "settings": null}}
+                })),
+            )
+            .await
+            .unwrap();
+        let c = env
+            .wait_for("broken", "Stalled=True/PolicyUnloadable", |c| {
+                condition(c, "Stalled") == Some("True")
+                    && condition_reason(c, "Stalled") == Some("PolicyUnloadable")
+            })
+            .await;
+        assert_eq!(
+            condition(&c, "Reconciling"),
+            Some("False"),
+            "Stalled=True forces Reconciling=False"
+        );
+        let r = env.assert_read(&c, "Failed", "Degraded");
+        assert!(r.argo.message.starts_with("PolicyUnloadable: "), "{r:?}");
+        assert_eq!(r.kstatus.message, condition_message(&c, "Stalled").unwrap());
+        env.shutdown().await;
+    });
+}
+
+#[test]
+fn a_paused_cluster_is_suspended_for_argo_and_a_deleted_one_terminating() {
+    use kube::api::DeleteParams;
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        healthy_three(&env, "pause").await;
+
+        env.scale("pause", 0).await;
+        let c = env
+            .wait_for("pause", "paused (Reconciling=False/Paused)", |c| {
+                condition(c, "Reconciling") == Some("False")
+                    && condition_reason(c, "Reconciling") == Some("Paused")
+                    && c.status.as_ref().and_then(|s| s.observed_generation)
+                        == c.metadata.generation
+            })
+            .await;
+        let r = env.read(&c);
+        assert_eq!(
+            (r.argo.status.as_str(), r.argo.message.as_str()),
+            ("Suspended", "Paused at 0 replicas"),
+            "{}",
+            describe(&c)
+        );
+        // TODO(issue 9, item 7): kstatus has no paused state and reads the
+        // Ready=False mirror of Available=False/Paused as InProgress, which
+        // a Flux health check waits on until it times out. The host is
+        // changing; no assertion on kstatus here until it has.
+        eprintln!("kstatus reads the paused cluster as {}", r.kstatus);
+
+        // Deleted with foreground propagation, the object stays while the
+        // garbage collector removes its members: the API server's answer
+        // is that object, with deletionTimestamp set.
+        let deleting = env
+            .clusters()
+            .delete("pause", &DeleteParams::foreground())
+            .await
+            .unwrap()
+            .left()
+            .expect("foreground deletion keeps the object until its dependents are gone");
+        assert!(deleting.metadata.deletion_timestamp.is_some());
+        let r = env.assert_read(&deleting, "Terminating", "Progressing");
+        assert_eq!(r.argo.message, "Deleting");
+        let start = std::time::Instant::now();
+        while env.clusters().get_opt("pause").await.unwrap().is_some() {
+            assert!(start.elapsed() < EVENTUALLY, "the deleted cluster stayed");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
         env.shutdown().await;
     });
 }

@@ -17,6 +17,7 @@ use etcd_steward::etcd::Faults;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use steward_testbed::ControlPlane;
+use steward_testbed::status_consumers::{Reading, StatusConsumers};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -37,6 +38,8 @@ pub struct Env {
     /// The operator's identity: `system:serviceaccount:etcd-steward-system:etcd-steward`.
     pub operator_client: Client,
     pub faults: Faults,
+    /// kstatus and Argo CD's health check, the real libraries.
+    pub consumers: StatusConsumers,
     operator: Option<(oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
     _dir: tempfile::TempDir,
 }
@@ -79,11 +82,13 @@ impl Env {
             )
             .await
             .expect("a client for the operator's ServiceAccount");
+        let consumers = consumers(&plane);
         let mut env = Env {
             plane,
             client,
             operator_client,
             faults: Faults::new(),
+            consumers,
             operator: None,
             _dir: dir,
         };
@@ -115,6 +120,7 @@ impl Env {
         let client = plane.client();
         Env {
             operator_client: client.clone(),
+            consumers: consumers(&plane),
             plane,
             client,
             faults: Faults::new(),
@@ -189,7 +195,8 @@ impl Env {
             .expect("creating the EtcdCluster")
     }
 
-    pub async fn scale(&self, name: &str, replicas: i32) {
+    /// Patches spec.replicas; returns the object as stored by that patch.
+    pub async fn scale(&self, name: &str, replicas: i32) -> EtcdCluster {
         self.clusters()
             .patch(
                 name,
@@ -197,7 +204,7 @@ impl Env {
                 &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
             )
             .await
-            .expect("scaling");
+            .expect("scaling")
     }
 
     /// Polls the cluster until `pred` holds; panics with the last status.
@@ -245,11 +252,74 @@ impl Env {
         }
     }
 
+    /// Waits until the cluster serves with `ready` members and its
+    /// membership is settled (Reconciling=False), then asserts that kstatus
+    /// and Argo CD read it as healthy.
     pub async fn wait_available(&self, name: &str, ready: i32) -> EtcdCluster {
-        self.wait_for(name, &format!("Available=True with {ready} ready"), |c| {
-            condition(c, "Available") == Some("True") && ready_members(c) == ready
-        })
-        .await
+        let c = self
+            .wait_for(
+                name,
+                &format!("Available=True with {ready} ready, Reconciling=False"),
+                |c| {
+                    condition(c, "Available") == Some("True")
+                        && ready_members(c) == ready
+                        && condition(c, "Reconciling") == Some("False")
+                },
+            )
+            .await;
+        self.assert_read_healthy(&c);
+        c
+    }
+
+    /// What kstatus and Argo CD's health check read in `c`.
+    pub fn read(&self, c: &EtcdCluster) -> Readings {
+        let obj = serde_json::to_value(c).expect("the cluster as JSON");
+        let r = Readings {
+            kstatus: self.consumers.kstatus(&obj).expect("kstatus"),
+            argo: self
+                .consumers
+                .argo_health(&obj)
+                .expect("Argo CD's health.lua"),
+        };
+        // Shown with --nocapture: what each state reads as, for the record.
+        eprintln!(
+            "readings of {} [{}]: kstatus {}; Argo CD {}",
+            c.name_any(),
+            conditions_line(c),
+            r.kstatus,
+            r.argo
+        );
+        r
+    }
+
+    /// Asserts the status kstatus (Flux, kpt) and Argo CD report for `c`,
+    /// as docs/api.md ("How Flux and Argo CD read it") promises; returns
+    /// both readings for checks on their messages.
+    pub fn assert_read(&self, c: &EtcdCluster, kstatus: &str, argo: &str) -> Readings {
+        let r = self.read(c);
+        assert!(
+            r.kstatus.status == kstatus && r.argo.status == argo,
+            "want kstatus {kstatus} and Argo CD {argo}; read kstatus {} and Argo CD {}\n{}",
+            r.kstatus,
+            r.argo,
+            describe(c)
+        );
+        r
+    }
+
+    /// A serving cluster: kstatus Current; Argo CD Healthy, its message
+    /// mentioning the degradation exactly when Degraded=True.
+    pub fn assert_read_healthy(&self, c: &EtcdCluster) -> Readings {
+        let r = self.assert_read(c, "Current", "Healthy");
+        let degraded = condition(c, "Degraded") == Some("True");
+        assert_eq!(
+            r.argo.message.contains("degraded"),
+            degraded,
+            "Argo CD's message {:?} with Degraded={:?}",
+            r.argo.message,
+            condition(c, "Degraded")
+        );
+        r
     }
 
     pub async fn member_names(&self, cluster: &str) -> Vec<String> {
@@ -305,6 +375,47 @@ impl Env {
         }
         self.plane.shutdown().await;
     }
+}
+
+/// What the two status consumers read in one object.
+#[derive(Debug, Clone)]
+pub struct Readings {
+    pub kstatus: Reading,
+    pub argo: Reading,
+}
+
+fn consumers(plane: &ControlPlane) -> StatusConsumers {
+    StatusConsumers::new(plane.binaries())
+        .expect("steward-status (run the tests through `make test`)")
+}
+
+/// `Type=Status/Reason` of each condition, one line.
+pub fn conditions_line(c: &EtcdCluster) -> String {
+    let mut line = format!(
+        "generation {:?} observed {:?}{}",
+        c.metadata.generation,
+        c.status.as_ref().and_then(|s| s.observed_generation),
+        if c.metadata.deletion_timestamp.is_some() {
+            " deleting"
+        } else {
+            ""
+        }
+    );
+    for x in c.status.iter().flat_map(|s| &s.conditions) {
+        line.push_str(&format!(" {}={}/{}", x.type_, x.status, x.reason));
+    }
+    line
+}
+
+/// The fields kstatus and Argo CD look at, for assertion messages.
+pub fn describe(c: &EtcdCluster) -> String {
+    format!(
+        "metadata.generation {:?}, deletionTimestamp {:?}, spec.replicas {}, status:\n{}",
+        c.metadata.generation,
+        c.metadata.deletion_timestamp,
+        c.spec.replicas,
+        serde_json::to_string_pretty(&c.status).unwrap()
+    )
 }
 
 /// Every status a cluster goes through, from the moment it was created.

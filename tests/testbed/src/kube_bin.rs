@@ -1,5 +1,6 @@
 //! Finding the Kubernetes binaries: kube-apiserver, kube-controller-manager,
-//! kube-scheduler and kubectl, plus the control plane's own etcd and helm.
+//! kube-scheduler and kubectl, plus the control plane's own etcd, helm and
+//! steward-status (the real status consumers, see `status_consumers`).
 //!
 //! The order matches `scripts/ensure-kube.sh`: a directory handed down by the
 //! test command (`ETCD_STEWARD_KUBE_DIR`), then the script itself, which
@@ -24,6 +25,9 @@ pub struct KubeBinaries {
     /// envtest's do); otherwise the kubelet's etcd serves the control plane.
     pub etcd: Option<PathBuf>,
     pub helm: Option<PathBuf>,
+    /// kstatus and Argo CD's Lua health checks (tests/kube/cmd/status);
+    /// only our build has it.
+    pub status: Option<PathBuf>,
 }
 
 impl KubeBinaries {
@@ -44,6 +48,7 @@ impl KubeBinaries {
             kubectl: exe("kubectl")?,
             etcd: optional("etcd"),
             helm: optional("helm"),
+            status: optional("steward-status"),
         })
     }
 }
