@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -32,6 +33,11 @@ pub struct OperatorConfig {
     pub busy_resync: Duration,
     /// Raft entries a learner may trail the leader by and still be promoted.
     pub promote_max_lag: u64,
+    /// How often an unchanged, verified status is written just to move
+    /// `lastVerifiedTime` forward. A change of verdict is written at once;
+    /// this bounds the writes of a cluster at rest. Keep it at most half
+    /// the policy's staleness window (the default policy's is 30 s).
+    pub verified_refresh: Duration,
     /// Consecutive Pod failures after which a member is replaced (0: never).
     pub crash_loop_threshold: u32,
     /// Wait before recreating a Pod that failed again: this, doubling per
@@ -48,6 +54,7 @@ impl Default for OperatorConfig {
             probe_deadline: Duration::from_secs(2),
             resync: Duration::from_secs(2),
             busy_resync: Duration::from_secs(1),
+            verified_refresh: Duration::from_secs(15),
             promote_max_lag: 32,
             crash_loop_threshold: 5,
             recreate_backoff: Duration::from_secs(1),
@@ -61,6 +68,34 @@ impl Default for OperatorConfig {
 pub struct Stores {
     pub members: Store<EtcdMember>,
     pub pods: Store<Pod>,
+    /// The cluster's own children, to skip applying what is as desired.
+    pub services: Store<Service>,
+    pub pdbs: Store<PodDisruptionBudget>,
+}
+
+/// A watch cache of `api`, its task pushed onto `tasks`.
+fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store::<K>();
+    let task = watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+    tasks.push(tokio::spawn(task));
+    store
 }
 
 /// Everything a reconcile needs. One per operator process.
@@ -73,6 +108,14 @@ pub struct Context {
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     action_errors: Mutex<HashMap<String, String>>,
+    /// When etcd last verified each cluster (by UID), exactly; the status
+    /// shows it at most `verified_refresh` late.
+    verified_at: Mutex<HashMap<String, jiff::Timestamp>>,
+    /// The resourceVersion each child object had right after this process
+    /// last applied it, with a digest of what was applied: a child whose
+    /// cached copy still has that version is as desired (see
+    /// [`Context::needs_apply`]).
+    applied: Mutex<HashMap<String, (String, u64)>>,
     caches: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -85,6 +128,54 @@ impl Context {
             .expect("poisoned")
             .get(&obj.uid().unwrap_or_default())
             .cloned()
+    }
+
+    /// The exact time etcd last verified `cluster`, as this process saw it.
+    pub fn verified_at(&self, cluster: &impl ResourceExt) -> Option<jiff::Timestamp> {
+        let uid = cluster.uid()?;
+        self.verified_at
+            .lock()
+            .expect("poisoned")
+            .get(&uid)
+            .copied()
+    }
+
+    pub fn record_verified(&self, cluster: &impl ResourceExt, at: jiff::Timestamp) {
+        if let Some(uid) = cluster.uid() {
+            self.verified_at.lock().expect("poisoned").insert(uid, at);
+        }
+    }
+
+    /// Whether `desired` must be applied: unless this process applied the
+    /// very same object and the cache's copy (`live_version`) is still the
+    /// one that apply produced. Any other writer moves the version, so a
+    /// changed or deleted child is applied again.
+    pub fn needs_apply(
+        &self,
+        key: &str,
+        desired: &impl serde::Serialize,
+        live_version: Option<&str>,
+    ) -> bool {
+        let digest = digest(desired);
+        let applied = self.applied.lock().expect("poisoned");
+        !matches!(
+            (applied.get(key), live_version),
+            (Some((rv, d)), Some(live)) if rv == live && *d == digest
+        )
+    }
+
+    /// Remembers what an apply of `desired` produced.
+    pub fn record_apply(
+        &self,
+        key: &str,
+        desired: &impl serde::Serialize,
+        version: Option<String>,
+    ) {
+        let mut applied = self.applied.lock().expect("poisoned");
+        match version {
+            Some(rv) => applied.insert(key.to_owned(), (rv, digest(desired))),
+            None => applied.remove(key),
+        };
     }
 
     /// Remembers how the last action on `obj` ended (None: it succeeded).
@@ -131,22 +222,19 @@ impl Context {
         scope: &Scope,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Arc<Context>> {
-        let (members_store, members_writer) = reflector::store::<EtcdMember>();
-        let (pods_store, pods_writer) = reflector::store::<Pod>();
-        let members_cache = watcher(
-            api_for::<EtcdMember>(&client, scope),
+        let mut caches = Vec::new();
+        let members = cache(
+            api_for(&client, scope),
             watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(members_writer)
-        .for_each(|_| futures::future::ready(()));
-        let pods_cache = watcher(api_for::<Pod>(&client, scope), managed())
-            .default_backoff()
-            .reflect(pods_writer)
-            .for_each(|_| futures::future::ready(()));
-        let caches = vec![tokio::spawn(members_cache), tokio::spawn(pods_cache)];
-        members_store.wait_until_ready().await?;
-        pods_store.wait_until_ready().await?;
+            &mut caches,
+        );
+        let pods = cache(api_for(&client, scope), managed(), &mut caches);
+        let services = cache(api_for(&client, scope), managed(), &mut caches);
+        let pdbs = cache(api_for(&client, scope), managed(), &mut caches);
+        members.wait_until_ready().await?;
+        pods.wait_until_ready().await?;
+        services.wait_until_ready().await?;
+        pdbs.wait_until_ready().await?;
 
         let reporter = Reporter {
             controller: "etcd-steward".into(),
@@ -158,12 +246,16 @@ impl Context {
             client,
             etcd,
             stores: Stores {
-                members: members_store,
-                pods: pods_store,
+                members,
+                pods,
+                services,
+                pdbs,
             },
             config,
             metrics,
             action_errors: Mutex::default(),
+            verified_at: Mutex::default(),
+            applied: Mutex::default(),
             caches,
         }))
     }
@@ -179,6 +271,8 @@ impl Context {
     ) -> (Arc<Context>, StoreWriters) {
         let (members, members_writer) = reflector::store::<EtcdMember>();
         let (pods, pods_writer) = reflector::store::<Pod>();
+        let (services, services_writer) = reflector::store::<Service>();
+        let (pdbs, pdbs_writer) = reflector::store::<PodDisruptionBudget>();
         let reporter = Reporter {
             controller: "etcd-steward-test".into(),
             instance: None,
@@ -188,10 +282,17 @@ impl Context {
             policies: Policies::new(engine, client.clone()),
             client,
             etcd,
-            stores: Stores { members, pods },
+            stores: Stores {
+                members,
+                pods,
+                services,
+                pdbs,
+            },
             config,
             metrics: Arc::default(),
             action_errors: Mutex::default(),
+            verified_at: Mutex::default(),
+            applied: Mutex::default(),
             caches: Vec::new(),
         };
         (
@@ -199,6 +300,8 @@ impl Context {
             StoreWriters {
                 members: members_writer,
                 pods: pods_writer,
+                services: services_writer,
+                pdbs: pdbs_writer,
             },
         )
     }
@@ -208,6 +311,8 @@ impl Context {
 pub struct StoreWriters {
     pub members: reflector::store::Writer<EtcdMember>,
     pub pods: reflector::store::Writer<Pod>,
+    pub services: reflector::store::Writer<Service>,
+    pub pdbs: reflector::store::Writer<PodDisruptionBudget>,
 }
 
 impl Drop for Context {
@@ -216,4 +321,12 @@ impl Drop for Context {
             task.abort();
         }
     }
+}
+
+/// A digest of an object's JSON, to tell whether a desired object changed.
+fn digest(obj: &impl serde::Serialize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(obj).unwrap_or_default().hash(&mut h);
+    h.finish()
 }

@@ -53,6 +53,26 @@ pub async fn run(
     )
     .run(crate::member::reconcile_member, error_policy, ctx.clone())
     .for_each(|_| futures::future::ready(()));
+    // A deleted cluster's metrics go with it (a reconcile never sees it).
+    let prune = {
+        let store = clusters_store.clone();
+        let metrics = ctx.metrics.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                let live = store
+                    .state()
+                    .iter()
+                    .map(|c| crate::metrics::ClusterLabels {
+                        namespace: c.namespace().unwrap_or_default(),
+                        name: c.name_any(),
+                    })
+                    .collect();
+                metrics.retain_clusters(&live);
+            }
+        }
+    };
     let cluster_ctl = Controller::for_stream(clusters, clusters_store)
         .owns(
             api_for::<EtcdMember>(&client, scope),
@@ -74,6 +94,7 @@ pub async fn run(
     // every step is idempotent and the next operator picks up from etcd.
     tokio::select! {
         _ = futures::future::join(members_ctl, cluster_ctl) => {}
+        _ = prune => {}
         _ = shutdown => {}
     }
     Ok(())

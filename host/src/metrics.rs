@@ -1,4 +1,6 @@
-//! Prometheus metrics, served on `/metrics` by `etcd-steward run`.
+//! Prometheus metrics, served on `/metrics` by `etcd-steward run`: the
+//! operator's own (reconciles, policy evaluations, leadership) and, per
+//! EtcdCluster, the health a platform team alerts on (`etcd_steward_cluster_*`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -9,12 +11,80 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
 
 use crate::policy::PolicyError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaderLabels {
+    namespace: String,
+    name: String,
+    member: String,
+    member_id: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    namespace: String,
+    name: String,
+    member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlarmLabels {
+    namespace: String,
+    name: String,
+    alarm: String,
+}
+
+/// What one reconcile learned about one cluster's health, for the metrics.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterHealth {
+    pub available: bool,
+    pub ready_members: i64,
+    pub desired_members: i64,
+    /// Milliseconds since the epoch of the last verification, if any.
+    pub last_verified_ms: Option<i64>,
+    pub now_ms: i64,
+    /// (member name, member ID) of the leader this observation saw.
+    pub leader: Option<(String, u64)>,
+    /// The policy's verdict was replaced by the host's fallback.
+    pub policy_failed: bool,
+    /// `spec.options.quotaBackendBytes` (etcd's default, 2 GiB, when unset).
+    pub quota_bytes: i64,
+    /// (member name, DB size in bytes) of each member that answered.
+    pub db_sizes: Vec<(String, i64)>,
+    /// (alarm name, members raising it) for every alarm kind.
+    pub alarms: Vec<(&'static str, i64)>,
+}
+
+/// A cluster's series whose labels change: its leader and its members.
+type Series = (Option<LeaderLabels>, Vec<MemberLabels>);
+
+/// Every per-cluster family; a cluster's series are replaced whole.
+#[derive(Default)]
+struct ClusterFamilies {
+    available: Family<ClusterLabels, Gauge>,
+    ready: Family<ClusterLabels, Gauge>,
+    desired: Family<ClusterLabels, Gauge>,
+    since_verified: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    leader: Family<LeaderLabels, Gauge>,
+    policy_failures: Family<ClusterLabels, Counter>,
+    quota: Family<ClusterLabels, Gauge>,
+    db_size: Family<MemberLabels, Gauge>,
+    alarms: Family<AlarmLabels, Gauge>,
 }
 
 pub struct Metrics {
@@ -24,6 +94,10 @@ pub struct Metrics {
     policy_evaluations: Counter,
     policy_failures: Family<KindLabel, Counter>,
     leading: Gauge,
+    clusters: ClusterFamilies,
+    /// The leader and member series each cluster has now, so a change
+    /// removes the old ones rather than leaving them behind.
+    cluster_series: Mutex<BTreeMap<ClusterLabels, Series>>,
 }
 
 impl Default for Metrics {
@@ -59,7 +133,56 @@ impl Default for Metrics {
             "1 while this replica holds the leader Lease (or runs without leader election)",
             leading.clone(),
         );
+        let clusters = ClusterFamilies::default();
+        let c = &clusters;
+        registry.register(
+            "cluster_available",
+            "1 while the cluster's Available condition is True",
+            c.available.clone(),
+        );
+        registry.register(
+            "cluster_ready_members",
+            "Members the status policy counts as ready",
+            c.ready.clone(),
+        );
+        registry.register(
+            "cluster_desired_members",
+            "spec.replicas",
+            c.desired.clone(),
+        );
+        registry.register(
+            "cluster_seconds_since_verified",
+            "Seconds since etcd last confirmed the cluster healthy, as of the last reconcile (absent: never)",
+            c.since_verified.clone(),
+        );
+        registry.register(
+            "cluster_leader",
+            "1 for the member etcd reports as leader (labels member and member_id, hex)",
+            c.leader.clone(),
+        );
+        registry.register(
+            "cluster_policy_failures",
+            "Reconciles whose policy verdict was replaced by the host's fallback",
+            c.policy_failures.clone(),
+        );
+        registry.register(
+            "cluster_quota_backend_bytes",
+            "The backend quota etcd enforces (--quota-backend-bytes; 2 GiB by default)",
+            c.quota.clone(),
+        );
+        registry.register(
+            "cluster_member_db_size_bytes",
+            "Size of each member's backend database, as the member reports it",
+            c.db_size.clone(),
+        );
+        registry.register(
+            "cluster_alarms",
+            "Members raising each etcd alarm (NOSPACE, CORRUPT)",
+            c.alarms.clone(),
+        );
         Self {
+            clusters,
+            cluster_series: Mutex::default(),
             registry: Mutex::new(registry),
             reconcile_seconds,
             reconcile_errors,
@@ -106,6 +229,109 @@ impl Metrics {
         self.leading.set(i64::from(leading));
     }
 
+    /// Records one reconcile's view of a cluster.
+    pub fn observe_cluster(&self, id: &ClusterLabels, h: &ClusterHealth) {
+        let c = &self.clusters;
+        c.available.get_or_create(id).set(i64::from(h.available));
+        c.ready.get_or_create(id).set(h.ready_members);
+        c.desired.get_or_create(id).set(h.desired_members);
+        match h.last_verified_ms {
+            Some(at) => {
+                c.since_verified
+                    .get_or_create(id)
+                    .set((h.now_ms - at).max(0) as f64 / 1000.0);
+            }
+            None => {
+                c.since_verified.remove(id);
+            }
+        }
+        if h.policy_failed {
+            c.policy_failures.get_or_create(id).inc();
+        } else {
+            // Present from the first reconcile, so rate() works at once.
+            let _ = c.policy_failures.get_or_create(id);
+        }
+        c.quota.get_or_create(id).set(h.quota_bytes);
+        for (alarm, count) in &h.alarms {
+            c.alarms
+                .get_or_create(&AlarmLabels {
+                    namespace: id.namespace.clone(),
+                    name: id.name.clone(),
+                    alarm: (*alarm).to_owned(),
+                })
+                .set(*count);
+        }
+        let leader = h.leader.as_ref().map(|(member, member_id)| LeaderLabels {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            member: member.clone(),
+            member_id: format!("{member_id:x}"),
+        });
+        let members: Vec<MemberLabels> = h
+            .db_sizes
+            .iter()
+            .map(|(member, size)| {
+                let labels = MemberLabels {
+                    namespace: id.namespace.clone(),
+                    name: id.name.clone(),
+                    member: member.clone(),
+                };
+                c.db_size.get_or_create(&labels).set(*size);
+                labels
+            })
+            .collect();
+        if let Some(l) = &leader {
+            c.leader.get_or_create(l).set(1);
+        }
+        let mut series = self.cluster_series.lock().expect("poisoned");
+        if let Some((old_leader, old_members)) =
+            series.insert(id.clone(), (leader.clone(), members.clone()))
+        {
+            if old_leader != leader
+                && let Some(old) = old_leader
+            {
+                c.leader.remove(&old);
+            }
+            for old in old_members.iter().filter(|m| !members.contains(m)) {
+                c.db_size.remove(old);
+            }
+        }
+    }
+
+    /// Drops the series of every cluster not in `live`: a deleted cluster
+    /// must not keep alerting.
+    pub fn retain_clusters(&self, live: &BTreeSet<ClusterLabels>) {
+        let c = &self.clusters;
+        let mut series = self.cluster_series.lock().expect("poisoned");
+        let gone: Vec<ClusterLabels> = series
+            .keys()
+            .filter(|k| !live.contains(k))
+            .cloned()
+            .collect();
+        for id in gone {
+            let (leader, members) = series.remove(&id).unwrap_or_default();
+            c.available.remove(&id);
+            c.ready.remove(&id);
+            c.desired.remove(&id);
+            c.since_verified.remove(&id);
+            c.policy_failures.remove(&id);
+            c.quota.remove(&id);
+            if let Some(l) = leader {
+                c.leader.remove(&l);
+            }
+            for m in members {
+                c.db_size.remove(&m);
+            }
+            for alarm in ["NOSPACE", "CORRUPT"] {
+                c.alarms.remove(&AlarmLabels {
+                    namespace: id.namespace.clone(),
+                    name: id.name.clone(),
+                    alarm: alarm.to_owned(),
+                });
+            }
+        }
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -113,5 +339,67 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> ClusterLabels {
+        ClusterLabels {
+            namespace: "prod".into(),
+            name: "main".into(),
+        }
+    }
+
+    #[test]
+    fn a_clusters_health_is_exported_and_replaced_and_removed_whole() {
+        let m = Metrics::default();
+        let mut h = ClusterHealth {
+            available: true,
+            ready_members: 3,
+            desired_members: 3,
+            last_verified_ms: Some(10_000),
+            now_ms: 12_500,
+            leader: Some(("main-a".into(), 0xabc)),
+            quota_bytes: 2 << 30,
+            db_sizes: vec![("main-a".into(), 20480), ("main-b".into(), 16384)],
+            alarms: vec![("NOSPACE", 0), ("CORRUPT", 0)],
+            ..Default::default()
+        };
+        m.observe_cluster(&id(), &h);
+        let text = m.encode();
+        for line in [
+            r#"etcd_steward_cluster_available{namespace="prod",name="main"} 1"#,
+            r#"etcd_steward_cluster_ready_members{namespace="prod",name="main"} 3"#,
+            r#"etcd_steward_cluster_seconds_since_verified{namespace="prod",name="main"} 2.5"#,
+            r#"etcd_steward_cluster_leader{namespace="prod",name="main",member="main-a",member_id="abc"} 1"#,
+            r#"etcd_steward_cluster_member_db_size_bytes{namespace="prod",name="main",member="main-b"} 16384"#,
+            r#"etcd_steward_cluster_policy_failures_total{namespace="prod",name="main"} 0"#,
+            r#"etcd_steward_cluster_alarms{namespace="prod",name="main",alarm="NOSPACE"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        // A new leader replaces the old series; a gone member's size goes.
+        h.leader = Some(("main-b".into(), 0xdef));
+        h.db_sizes.truncate(1);
+        h.available = false;
+        h.policy_failed = true;
+        m.observe_cluster(&id(), &h);
+        let text = m.encode();
+        assert!(
+            !text.contains(r#"member="main-a",member_id="abc""#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"member="main-b",member_id="def"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"db_size_bytes{namespace="prod",name="main",member="main-b"}"#));
+        assert!(text.contains(r#"etcd_steward_cluster_available{namespace="prod",name="main"} 0"#));
+        assert!(text.contains(r#"policy_failures_total{namespace="prod",name="main"} 1"#));
+        m.retain_clusters(&BTreeSet::new());
+        assert!(!m.encode().contains(r#"name="main""#), "{}", m.encode());
     }
 }

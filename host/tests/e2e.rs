@@ -998,6 +998,22 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
             "a Warning Event names the rejected claim"
         );
 
+        // What a platform team alerts on says the same.
+        let text = op.metrics.encode();
+        for line in [
+            r#"etcd_steward_cluster_available{namespace="default",name="liar"} 0"#,
+            r#"etcd_steward_cluster_ready_members{namespace="default",name="liar"} 0"#,
+            r#"etcd_steward_cluster_desired_members{namespace="default",name="liar"} 5"#,
+            r#"etcd_steward_cluster_policy_failures_total{namespace="default",name="liar"} 3"#,
+            r#"etcd_steward_policy_failures_total{kind="UnconfirmedVerification"} 3"#,
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        assert!(
+            !text.contains("etcd_steward_cluster_leader{"),
+            "no leader seen: {text}"
+        );
+
         // With etcd answering, the same claim is true and stands (at the
         // old size, so that this reconcile changes no membership either).
         op.faults.clear_all();
@@ -1010,6 +1026,24 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
         assert_eq!(condition(&after, "Available"), Some("True"));
         assert_eq!(condition_reason(&after, "Available"), Some("Chaos"));
         assert!(after.status.as_ref().unwrap().last_verified_time > verified_before);
+        let text = op.metrics.encode();
+        assert!(
+            text.contains(r#"etcd_steward_cluster_available{namespace="default",name="liar"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"etcd_steward_cluster_seconds_since_verified{namespace="default",name="liar"} 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "etcd_steward_cluster_leader{namespace=\"default\",name=\"liar\",member=\"liar-"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("etcd_steward_cluster_member_db_size_bytes{namespace=\"default\",name=\"liar\",member=\"liar-"), "{text}");
         drop(ctx);
         env.start_operator();
         env.shutdown().await;

@@ -32,6 +32,12 @@ pub struct RunArgs {
     /// fast a silent outage (a frozen etcd changes no Kubernetes object) shows.
     #[arg(long, default_value_t = 2000)]
     pub resync_ms: u64,
+    /// How often an unchanged, verified status is rewritten just to move
+    /// lastVerifiedTime forward, in seconds. Any other change is written at
+    /// once. Keep it at most half the policy's staleness window (30 s for
+    /// the default policy).
+    #[arg(long, default_value_t = 15)]
+    pub verified_refresh_seconds: u64,
     /// Deadline of one policy evaluation, in milliseconds.
     #[arg(long, default_value_t = 50)]
     pub policy_deadline_ms: u64,
@@ -62,6 +68,7 @@ impl RunArgs {
             probe_deadline: Duration::from_millis(self.probe_deadline_ms),
             resync: Duration::from_millis(self.resync_ms),
             busy_resync: Duration::from_millis(self.resync_ms.min(1000)),
+            verified_refresh: Duration::from_secs(self.verified_refresh_seconds),
             crash_loop_threshold: self.crash_loop_threshold,
             ..OperatorConfig::default()
         }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::plan::Step;
@@ -83,13 +84,29 @@ async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), Act
         resources::headless_service(cluster)?,
         resources::client_service(cluster)?,
     ] {
-        api.patch(
-            &svc.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&svc),
-        )
-        .await
-        .map_err(kube(format!("applying Service {}", svc.name_any())))?;
+        let key = format!("Service/{ns}/{}", svc.name_any());
+        let live = ctx
+            .stores
+            .services
+            .get(&ObjectRef::new(&svc.name_any()).within(&ns))
+            .and_then(|s| s.resource_version());
+        if !ctx.needs_apply(&key, &svc, live.as_deref()) {
+            continue;
+        }
+        let applied = api
+            .patch(
+                &svc.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&svc),
+            )
+            .await
+            .map_err(kube(format!("applying Service {}", svc.name_any())));
+        ctx.record_apply(
+            &key,
+            &svc,
+            applied.as_ref().ok().and_then(|a| a.resource_version()),
+        );
+        applied?;
     }
     Ok(())
 }

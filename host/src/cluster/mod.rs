@@ -27,9 +27,12 @@ pub mod evaluate;
 pub mod observe;
 pub mod plan;
 pub mod status;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::api::EtcdCluster;
@@ -37,6 +40,7 @@ use crate::context::Context;
 use crate::error::Error;
 
 /// The whole pipeline for one EtcdCluster.
+#[tracing::instrument(skip_all, fields(cluster = %cluster.name_any(), namespace = cluster.namespace()))]
 pub async fn reconcile_cluster(
     cluster: Arc<EtcdCluster>,
     ctx: Arc<Context>,

@@ -197,7 +197,12 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
             .collect(),
         probing,
         history: sdk::History {
-            last_verified: status.last_verified_time.as_ref().map(ms),
+            // The exact time, which the stored status may show up to
+            // --verified-refresh late.
+            last_verified: status.last_verified_time.as_ref().map(ms).max(
+                ctx.verified_at(cluster.as_ref())
+                    .map(|t| t.as_millisecond()),
+            ),
             unverified_streak: status.unverified_streak,
             previous_conditions: crate::conditions::previous_conditions(&status.conditions),
         },

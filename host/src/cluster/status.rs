@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, EventType};
 
@@ -190,11 +191,29 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
     );
     let status = next_status(&evaluated, &step, ctx);
 
-    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    // The whole status, lists replaced and emptied fields cleared.
-    write_whole_status(&api, &name, &status)
-        .await
-        .map_err(Error::StatusWrite)?;
+    // Metrics come from the observation, whatever the API does with the write.
+    ctx.metrics.observe_cluster(
+        &crate::metrics::ClusterLabels {
+            namespace: ns.clone(),
+            name: name.clone(),
+        },
+        &health(&evaluated, &status),
+    );
+
+    if evaluated.verdict.verified {
+        ctx.record_verified(cluster.as_ref(), evaluated.observed.now);
+    }
+    let status = at_rest(status, cluster.status.as_ref(), ctx.config.verified_refresh);
+    // Quiet at rest: an unchanged status is not written again. The cache
+    // may lag this process's own last write; then the same status goes out
+    // twice, which the apiserver turns into a no-op.
+    if cluster.status.as_ref() != Some(&status) {
+        let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+        // The whole status, lists replaced and emptied fields cleared.
+        write_whole_status(&api, &name, &status)
+            .await
+            .map_err(Error::StatusWrite)?;
+    }
 
     // The PDB belongs with the status: both describe what the cluster can
     // tolerate right now, so it must never go stale when etcd is down.
@@ -213,17 +232,29 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
         .filter(|m| matches!(m.role, MemberRole::Voter) && !dormant.contains(&m.name))
         .count();
     if let Ok(pdb) = resources::pod_disruption_budget(cluster, voters) {
-        let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-            Api::namespaced(ctx.client.clone(), &ns);
-        if let Err(err) = pdbs
-            .patch(
-                &pdb.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&pdb),
-            )
-            .await
-        {
-            tracing::warn!(cluster = %name, error = %err, "writing the PodDisruptionBudget failed");
+        let key = format!("PodDisruptionBudget/{ns}/{}", pdb.name_any());
+        let live = ctx
+            .stores
+            .pdbs
+            .get(&ObjectRef::new(&pdb.name_any()).within(&ns))
+            .and_then(|p| p.resource_version());
+        if ctx.needs_apply(&key, &pdb, live.as_deref()) {
+            let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+                Api::namespaced(ctx.client.clone(), &ns);
+            match pdbs
+                .patch(
+                    &pdb.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&pdb),
+                )
+                .await
+            {
+                Ok(applied) => ctx.record_apply(&key, &pdb, applied.resource_version()),
+                Err(err) => {
+                    ctx.record_apply(&key, &pdb, None);
+                    tracing::warn!(error = %err, "writing the PodDisruptionBudget failed");
+                }
+            }
         }
     }
 
@@ -233,6 +264,85 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
         status,
         step,
     })
+}
+
+/// etcd's default `--quota-backend-bytes`: 2 GiB.
+const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 << 30;
+
+/// The metrics' view of this reconcile.
+fn health(e: &Evaluated, status: &EtcdClusterStatus) -> crate::metrics::ClusterHealth {
+    let answered = e.observed.answered();
+    let leader_id = e.observed.leader_id();
+    let alarm_count = |kind: sdk::AlarmKind| {
+        answered
+            .values()
+            .filter(|s| s.alarms.contains(&kind))
+            .count() as i64
+    };
+    crate::metrics::ClusterHealth {
+        available: status
+            .condition(conditions::AVAILABLE)
+            .is_some_and(|c| c.status == "True"),
+        ready_members: i64::from(status.ready_members),
+        desired_members: i64::from(e.observed.cluster.spec.replicas),
+        last_verified_ms: status
+            .last_verified_time
+            .as_ref()
+            .map(|t| t.0.as_millisecond()),
+        now_ms: e.observed.now.as_millisecond(),
+        leader: leader_id.and_then(|id| {
+            answered
+                .iter()
+                .find(|(_, s)| s.member_id == id)
+                .map(|(name, _)| ((*name).to_owned(), id))
+        }),
+        policy_failed: e.problem.is_some(),
+        quota_bytes: e
+            .observed
+            .observation
+            .spec
+            .quota_backend_bytes
+            .filter(|&q| q > 0)
+            .map_or(DEFAULT_QUOTA_BACKEND_BYTES, |q| q as i64),
+        db_sizes: answered
+            .iter()
+            .map(|(name, s)| ((*name).to_owned(), s.db_size as i64))
+            .collect(),
+        alarms: vec![
+            ("NOSPACE", alarm_count(sdk::AlarmKind::Nospace)),
+            ("CORRUPT", alarm_count(sdk::AlarmKind::Corrupt)),
+        ],
+    }
+}
+
+/// The status to store: `status`, except that `lastVerifiedTime` moves
+/// forward only every `refresh` while nothing else changes. A cluster at
+/// rest is then written once per `refresh`, not on every reconcile; any
+/// other change (a verdict, a member, a condition) is written at once and
+/// carries the exact verification time.
+pub fn at_rest(
+    mut status: EtcdClusterStatus,
+    stored: Option<&EtcdClusterStatus>,
+    refresh: std::time::Duration,
+) -> EtcdClusterStatus {
+    let Some(stored) = stored else {
+        return status;
+    };
+    let (Some(new), Some(old)) = (&status.last_verified_time, &stored.last_verified_time) else {
+        return status;
+    };
+    let recent =
+        new.0.duration_since(old.0) < jiff::SignedDuration::try_from(refresh).unwrap_or_default();
+    if recent {
+        let held = EtcdClusterStatus {
+            last_verified_time: Some(old.clone()),
+            ..status.clone()
+        };
+        if &held == stored {
+            status = held;
+        }
+    }
+    status
 }
 
 async fn publish_events(e: &Evaluated, status: &EtcdClusterStatus, ctx: &Context) {

@@ -50,6 +50,7 @@ pub fn run_args() -> RunArgs {
         namespace: None,
         probe_deadline_ms: 2000,
         resync_ms: 2000,
+        verified_refresh_seconds: 15,
         policy_deadline_ms: 200,
         policy_memory_mib: 32,
         metrics_addr: String::new(),
