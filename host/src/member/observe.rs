@@ -14,9 +14,7 @@ use crate::context::Context;
 use crate::facts::{PodFacts, pod_facts};
 
 pub struct Observed {
-    /// The member as the API returns it now (the cache's copy when that
-    /// read failed): the status counts failures across reconciles and the
-    /// cache may not yet show this controller's own last write.
+    /// The member, from the controller's cache.
     pub member: Arc<EtcdMember>,
     /// The owning cluster, or why it could not be read.
     pub cluster: Result<EtcdCluster, String>,
@@ -64,13 +62,10 @@ pub async fn observe(cached: Arc<EtcdMember>, ctx: &Context) -> Option<Observed>
             cached.spec.cluster
         )),
     };
-    let member = match Api::<EtcdMember>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&name)
-        .await
-    {
-        Ok(Some(fresh)) => Arc::new(fresh),
-        Ok(None) | Err(_) => cached,
-    };
+    // The cache may lag this controller's own last status write; the
+    // counts below are derived from the stored status plus the Pod's UID,
+    // so a stale copy yields the same status again, never a double count.
+    let member = cached;
     let pod = ctx.stores.pods.get(&ObjectRef::new(&name).within(&ns));
     let facts = pod_facts(pod.as_deref());
     let status = member.status.clone().unwrap_or_default();

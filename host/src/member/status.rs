@@ -84,9 +84,12 @@ pub async fn write(observed: Observed, ctx: &Context) -> Result<StatusWritten, E
         ctx.client.clone(),
         &observed.member.namespace().unwrap_or_default(),
     );
-    // The whole status, lists replaced and emptied fields cleared.
-    write_whole_status(&api, &observed.name(), &status)
-        .await
-        .map_err(Error::StatusWrite)?;
+    // Quiet at rest: an unchanged status is not written again.
+    if observed.member.status.as_ref() != Some(&status) {
+        // The whole status, lists replaced and emptied fields cleared.
+        write_whole_status(&api, &observed.name(), &status)
+            .await
+            .map_err(Error::StatusWrite)?;
+    }
     Ok(StatusWritten { observed, status })
 }
