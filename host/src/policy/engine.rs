@@ -146,6 +146,14 @@ impl Loader {
             self.limits.clone(),
             self.deadline_ticks,
         )?);
+        // Once per component: which policy runs is told by its digest, the
+        // one name of it that cannot be spoofed.
+        tracing::info!(
+            policy = %policy.info.name,
+            version = %policy.info.version,
+            digest = %policy.digest,
+            "loaded a status policy"
+        );
         self.lock_cache().insert(digest, policy.clone());
         Ok(policy)
     }
@@ -250,4 +258,46 @@ fn not_a_component(bytes: &[u8]) -> String {
 /// message or a CLI error.
 pub(super) fn wasm_error(e: &wasmtime::Error) -> String {
     crate::text::one_line(&format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_loaded_policy_is_logged_once_by_its_digest() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let engine = tracing::subscriber::with_default(subscriber, || {
+            let engine = PolicyEngine::new(Limits::default()).unwrap();
+            // The same bytes again: a cache hit, not logged twice.
+            engine.load(embedded::DEFAULT_POLICY_WASM).unwrap();
+            engine
+        });
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let digest = &engine.default_policy().digest;
+        assert_eq!(log.matches("loaded a status policy").count(), 1, "{log}");
+        assert!(log.contains(&format!("digest={digest}")), "{log}");
+        assert!(log.contains("policy=steward-default-policy"), "{log}");
+    }
 }
