@@ -661,3 +661,46 @@ async fn a_held_pod_stays_pending_until_released_and_a_running_one_is_untouched(
     );
     plane.finish(&[&c]).await;
 }
+
+/// A volume mounted over the directory a local image's program lives in
+/// (an emptyDir at /tmp, with the build under /tmp) does not hide the
+/// program, as a volume never hides a real container's image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_over_the_programs_directory_does_not_hide_the_image() {
+    let build = tempfile::tempdir_in("/tmp").unwrap();
+    let program = build.path().join("sleeper");
+    std::fs::copy("/bin/sleep", &program).unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plane = ControlPlane::start_with(dir.path(), |k| {
+        k.images.push(steward_testbed::kubelet::launch::LocalImage {
+            repository: "sleeper".into(),
+            program: program.clone(),
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the control plane did not start: {e:#}"));
+    let api: Api<Pod> = Api::namespaced(plane.client(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "sleeper"},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "main", "image": "sleeper:1", "args": ["300"],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+            "volumes": [{"name": "tmp", "emptyDir": {}}]
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pod).await.unwrap();
+    let p = wait_pod(&api, "sleeper", "Running", |p| phase(p) == "Running").await;
+    assert!(
+        container(&p)["state"]["running"].is_object(),
+        "{:?}",
+        p.status
+    );
+    api.delete("sleeper", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&api, "sleeper").await;
+    plane.shutdown().await;
+}

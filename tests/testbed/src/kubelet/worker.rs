@@ -446,7 +446,18 @@ impl Worker {
                 plan.args.join(" ")
             )?;
             let err = log.try_clone()?;
-            let mut cmd = tokio::process::Command::new(&plan.program);
+            // The image is opened before the container's mounts exist and
+            // run through /proc/self/fd: a volume mounted over the
+            // directory the program lives in (an emptyDir at /tmp, with a
+            // build under /tmp) must not hide it, as a volume never hides a
+            // real container's image. O_CLOEXEC: execve resolves the path
+            // before the descriptor closes, so the program does not see it.
+            let image = std::fs::File::open(&plan.program)?;
+            let mut cmd = tokio::process::Command::new(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&image)
+            ));
+            cmd.arg0(&plan.program);
             cmd.args(&plan.args)
                 .env_clear()
                 .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -479,7 +490,9 @@ impl Worker {
                     mounts.enter()
                 });
             }
-            cmd.spawn()
+            let child = cmd.spawn();
+            drop(image);
+            child
         })();
         match spawned {
             Ok(child) => {
