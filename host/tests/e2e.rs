@@ -1025,6 +1025,12 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
         let after = env.clusters().get("liar").await.unwrap();
         assert_eq!(condition(&after, "Available"), Some("True"));
         assert_eq!(condition_reason(&after, "Available"), Some("Chaos"));
+        // A type the policy declares but did not report is Unknown, not absent.
+        assert_eq!(condition(&after, "ChaosDeclared"), Some("Unknown"));
+        assert_eq!(
+            condition_reason(&after, "ChaosDeclared"),
+            Some("NotReported")
+        );
         assert!(after.status.as_ref().unwrap().last_verified_time > verified_before);
         let text = op.metrics.encode();
         assert!(

@@ -268,7 +268,10 @@ fn loading_is_cached_by_digest() {
     assert!(Arc::ptr_eq(&first, &second));
     assert_eq!(first.digest, hex::encode(sha2::Sha256::digest(&bytes)));
     assert_eq!(first.info.name, "chaos");
-    assert_eq!(first.info.condition_types, ["Available", "Degraded"]);
+    assert_eq!(
+        first.info.condition_types,
+        ["Available", "Degraded", "ChaosDeclared"]
+    );
 }
 
 #[test]

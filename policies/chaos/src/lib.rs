@@ -56,7 +56,13 @@ impl Guest for Chaos {
         PolicyInfo {
             name: "chaos".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            condition_types: vec!["Available".to_owned(), "Degraded".to_owned()],
+            // ChaosDeclared is declared and never reported: the host must
+            // write it as Unknown/NotReported rather than drop it.
+            condition_types: vec![
+                "Available".to_owned(),
+                "Degraded".to_owned(),
+                "ChaosDeclared".to_owned(),
+            ],
             settings_schema: serde_json::json!({
                 "type": "object",
                 "properties": {
