@@ -62,7 +62,9 @@ sleep 20
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$operator/stat"; }
-rv() { kubectl get etcdclusters -A -o jsonpath='{.metadata.resourceVersion}'; }
+# A list's resourceVersion is the apiserver's current one (every writer's).
+rv() { kubectl get --raw '/apis/etcd.steward.dev/v1alpha1/etcdclusters?limit=1' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])'; }
 kubectl get etcdclusters -A --watch-only -o name >"$dir/writes" 2>/dev/null &
 watch=$!
 pids+=("$watch")
