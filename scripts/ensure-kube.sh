@@ -41,7 +41,7 @@ tmp="$out.part.$$"; trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
 say() { echo "ensure-kube: $*" >&2; }
 say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, helm and steward-status from tests/kube into $out"
-say "the first build compiles Kubernetes from source and takes 20-40 minutes on 2 cores; later runs reuse it"
+say "the first build compiles Kubernetes from source and takes about 11 minutes on 2 cores (docs/benchmarks.md); later runs reuse it"
 export CGO_ENABLED=0
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube" ./cmd/kube
 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd
