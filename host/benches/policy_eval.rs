@@ -21,11 +21,9 @@ use steward_policy_sdk::Observation;
 
 /// The default policy's realistic healthy five-member cluster.
 fn observation() -> Observation {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../policies/default/tests/fixtures/five-members.yaml"
-    );
-    steward_policy_sdk::testing::load_observation(path).expect("the fixture parses")
+    let path =
+        steward_testbed::repo::root().join("policies/default/tests/fixtures/five-members.yaml");
+    steward_policy_sdk::testing::load_observation(&path).expect("the fixture parses")
 }
 
 fn percentiles(name: &str, calls: usize, mut f: impl FnMut()) -> Duration {

@@ -23,9 +23,10 @@ async fn applied() -> Crds {
     let plane = ControlPlane::start_api_only(dir.path())
         .await
         .expect("the control plane starts (run the tests through `make test`)");
-    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/");
+    let crds = steward_testbed::repo::root().join("crds/");
     let out = Command::new(&plane.binaries().kubectl)
-        .args(["apply", "--server-side", "-f", crds])
+        .args(["apply", "--server-side", "-f"])
+        .arg(&crds)
         .env("KUBECONFIG", plane.kubeconfig_path())
         .output()
         .expect("running kubectl");

@@ -8,10 +8,7 @@
 use std::path::PathBuf;
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ sits in the repository root")
-        .to_path_buf()
+    steward_testbed::repo::root()
 }
 
 /// Set to rewrite the committed files instead of comparing.

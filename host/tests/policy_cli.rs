@@ -7,10 +7,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_etcd-steward");
 const CHAOS_WASM: &str = env!("STEWARD_CHAOS_POLICY_WASM");
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
+    steward_testbed::repo::root()
 }
 
 fn steward(args: &[&str]) -> Output {

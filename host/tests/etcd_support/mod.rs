@@ -23,7 +23,7 @@ pub fn etcd_dir() -> PathBuf {
         if let Some(dir) = std::env::var_os("ETCD_STEWARD_ETCD_DIR") {
             return PathBuf::from(dir);
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/ensure-etcd.sh");
+        let script = steward_testbed::repo::root().join("scripts/ensure-etcd.sh");
         let out = Command::new("bash")
             .arg(script)
             .stderr(Stdio::inherit())

@@ -453,7 +453,8 @@ impl ClusterWatch {
 /// `kubectl apply` of the CRDs and of deploy/'s namespace and RBAC, exactly
 /// as the README installs them; then waits for the CRDs to be Established.
 async fn install(plane: &ControlPlane) {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let root = steward_testbed::repo::root();
+    let root = root.display();
     for file in ["crds/", "deploy/00-namespace.yaml", "deploy/01-rbac.yaml"] {
         kubectl(plane, &["apply", "-f", &format!("{root}/{file}")]).await;
     }

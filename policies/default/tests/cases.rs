@@ -9,7 +9,10 @@ use steward_policy_sdk::testing::{check, load_cases, load_observation};
 use steward_policy_sdk::{ConditionStatus, Observation, Verdict};
 
 fn here(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    // Read when the test runs: a compiled-in path can name another checkout
+    // that shared the cached target dir (see steward-testbed's repo module).
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR");
+    Path::new(&dir).join(rel)
 }
 
 /// What the host checks of every verdict; a case that passes its own

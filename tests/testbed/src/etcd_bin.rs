@@ -71,8 +71,7 @@ pub fn locate() -> Result<EtcdBinaries> {
 }
 
 fn ensure_script() -> PathBuf {
-    // tests/testbed -> repository root
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ensure-etcd.sh")
+    crate::repo::root().join("scripts/ensure-etcd.sh")
 }
 
 pub(crate) fn is_executable(path: &Path) -> bool {

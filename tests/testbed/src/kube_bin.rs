@@ -60,7 +60,7 @@ pub fn locate() -> Result<KubeBinaries> {
         return KubeBinaries::in_dir(&dir)
             .with_context(|| format!("ETCD_STEWARD_KUBE_DIR={}", dir.display()));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ensure-kube.sh");
+    let script = crate::repo::root().join("scripts/ensure-kube.sh");
     // stderr is inherited: the first build takes minutes and says so.
     let out = Command::new(&script)
         .stderr(std::process::Stdio::inherit())

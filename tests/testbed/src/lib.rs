@@ -13,6 +13,7 @@ pub mod kube_bin;
 pub mod kubelet;
 pub mod namespace;
 pub mod pki;
+pub mod repo;
 pub mod status_consumers;
 
 pub use control_plane::{ControlPlane, run_control_plane_only};

@@ -32,7 +32,7 @@ impl std::fmt::Display for Reading {
 
 /// The repository's deploy/argocd, where Argo CD's health checks live.
 pub fn argocd_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/argocd")
+    crate::repo::root().join("deploy/argocd")
 }
 
 /// The EtcdCluster health check Argo CD is given.
@@ -42,7 +42,7 @@ pub fn etcd_cluster_health_lua() -> PathBuf {
 
 /// docs/api.md, which carries the same check as an argocd-cm snippet.
 pub fn api_docs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md")
+    crate::repo::root().join("docs/api.md")
 }
 
 #[derive(Debug, Clone)]
