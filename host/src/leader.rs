@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
+use crate::health::Readiness;
 use crate::metrics::Metrics;
 
 /// Where the Lease lives and how long its terms are.
@@ -173,12 +174,17 @@ impl Candidate {
         Ok(())
     }
 
-    /// Retries until this candidate holds the Lease.
-    pub async fn acquire(&mut self) {
+    /// Retries until this candidate holds the Lease. `readiness` learns
+    /// that leadership is known at the first Lease read that succeeds,
+    /// whoever holds it.
+    pub async fn acquire(&mut self, readiness: &Readiness) {
         loop {
             match self.try_acquire_or_renew().await {
-                Ok(true) => return,
-                Ok(false) => {}
+                Ok(true) => {
+                    readiness.leader_known();
+                    return;
+                }
+                Ok(false) => readiness.leader_known(),
                 Err(err) => tracing::warn!(error = %err, "reading the leader Lease failed"),
             }
             tokio::time::sleep(self.config.retry_period).await;
@@ -241,6 +247,7 @@ pub async fn run_as_leader<W, S>(
     work: W,
     shutdown: S,
     metrics: &Metrics,
+    readiness: &Readiness,
 ) -> anyhow::Result<()>
 where
     W: Future<Output = anyhow::Result<()>>,
@@ -249,7 +256,7 @@ where
     tokio::pin!(shutdown);
     tracing::info!(identity = candidate.identity(), "waiting to lead");
     tokio::select! {
-        () = candidate.acquire() => {}
+        () = candidate.acquire(readiness) => {}
         () = &mut shutdown => return Ok(()),
     }
     tracing::info!(identity = candidate.identity(), "leading");

@@ -14,6 +14,7 @@ pub mod controller;
 pub mod error;
 pub mod etcd;
 pub mod facts;
+pub mod health;
 pub mod leader;
 pub mod member;
 pub mod metrics;

@@ -4,7 +4,9 @@
 //! binary, with a projected ServiceAccount token at the standard path, so
 //! the operator runs under deploy/'s least-privilege RBAC for real. In each,
 //! a cluster reaches Available through the installed operator, and a
-//! rollout hands leadership to a new Pod, which then reconciles.
+//! rollout (gated by the Pods' /readyz probes) hands leadership to a new
+//! Pod, which then reconciles; the metrics Service lists every replica and
+//! only the leader reports leading and its clusters.
 
 mod support;
 
@@ -12,7 +14,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use support::*;
@@ -139,6 +142,150 @@ async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str) {
     env.wait_available(&after, 1).await;
     // The first cluster stayed whole through the handover.
     env.wait_available(name, 3).await;
+    scrapes_every_replica_through_its_metrics_service(
+        env,
+        &format!("{deployment}-metrics"),
+        &after,
+    )
+    .await;
+}
+
+/// The metrics Service selects every live replica and targets its named
+/// port; every replica is Ready (the kubelet probes /readyz) and answers
+/// /readyz; exactly the Lease holder reports leading and the cluster it
+/// reconciles.
+///
+/// The endpointslice controller runs, but the real apiserver refuses
+/// loopback endpoint addresses and the local kubelet's Pod IPs are loopback
+/// (docs/local-kubelet.md), so the Service is followed as a scraper's
+/// service discovery does: its selector, then the port its targetPort names.
+async fn scrapes_every_replica_through_its_metrics_service(
+    env: &Env,
+    service: &str,
+    cluster: &str,
+) {
+    let svc = Api::<Service>::namespaced(env.client.clone(), OPERATOR_NS)
+        .get(service)
+        .await
+        .unwrap_or_else(|e| panic!("the Service {service}: {e}"));
+    let spec = svc.spec.expect("a Service spec");
+    let selector = spec
+        .selector
+        .expect("the metrics Service selects Pods")
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let target = spec
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("metrics"))
+        .and_then(|p| p.target_port.clone())
+        .expect("the Service has a port named metrics");
+    let IntOrString::String(target) = target else {
+        panic!("the metrics port targets a named container port, got {target:?}");
+    };
+    let start = Instant::now();
+    let pods = loop {
+        let all: Vec<Pod> = Api::<Pod>::namespaced(env.client.clone(), OPERATOR_NS)
+            .list(&ListParams::default().labels("app.kubernetes.io/name=etcd-steward"))
+            .await
+            .unwrap()
+            .items;
+        let selected: Vec<Pod> = Api::<Pod>::namespaced(env.client.clone(), OPERATOR_NS)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items;
+        let live = |pods: &[Pod]| -> BTreeSet<String> {
+            pods.iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .map(|p| p.name_any())
+                .collect()
+        };
+        let ready = selected.iter().all(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        if !selected.is_empty()
+            && live(&selected) == live(&all)
+            && selected.len() == all.len()
+            && ready
+        {
+            break selected;
+        }
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "the Service {service} (selector {selector}) never selected exactly the live, Ready \
+             replicas {:?}: it selects {:?}",
+            live(&all),
+            live(&selected)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let leader = leader_pod(env).await.expect("a replica leads");
+    for pod in &pods {
+        let name = pod.name_any();
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_else(|| panic!("{name} has an IP"));
+        let port = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| p.name.as_deref() == Some(target.as_str()))
+            .unwrap_or_else(|| panic!("{name} has a container port named {target}"))
+            .container_port as u16;
+        let (code, body) = http_get(&ip, port, "/readyz").await;
+        assert_eq!(
+            (code, body.as_str()),
+            (200, "ok"),
+            "/readyz of {name} at {ip}:{port}"
+        );
+        let (code, metrics) = http_get(&ip, port, "/metrics").await;
+        assert_eq!(code, 200, "/metrics of {name}: {metrics}");
+        let leads = metrics.lines().any(|l| l == "etcd_steward_leader 1");
+        assert_eq!(
+            leads,
+            name == leader,
+            "{name} (leader {leader}):\n{metrics}"
+        );
+        let reports_cluster = metrics.lines().any(|l| {
+            l.starts_with("etcd_steward_cluster_available{")
+                && l.contains(&format!("name=\"{cluster}\""))
+                && l.ends_with(" 1")
+        });
+        assert_eq!(reports_cluster, leads, "{name}:\n{metrics}");
+    }
+}
+
+/// One HTTP/1.0 GET, as a scraper or a kubelet probe would send it.
+async fn http_get(ip: &str, port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect((ip, port))
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {ip}:{port}: {e}"));
+    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    tcp.read_to_string(&mut raw).await.unwrap();
+    let code = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
 }
 
 #[test]
@@ -146,7 +293,8 @@ fn kubectl_apply_deploy_runs_the_operator_in_cluster_under_its_rbac() {
     let _g = serial();
     run(async {
         let env = Env::start_bare().await;
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let root = steward_testbed::repo::root();
+        let root = root.display();
         kubectl(&env.plane, &["apply", "-f", &format!("{root}/crds/")]).await;
         kubectl(&env.plane, &["apply", "-f", &format!("{root}/deploy/")]).await;
         reconciles_and_hands_over(&env, "kubectl", "etcd-steward").await;
@@ -159,7 +307,8 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
     let _g = serial();
     run(async {
         let env = Env::start_bare().await;
-        let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/helm/etcd-steward");
+        let chart = steward_testbed::repo::root().join("deploy/helm/etcd-steward");
+        let chart = chart.to_str().expect("a UTF-8 checkout path");
         helm(&env, &["lint", chart]).await;
         helm(
             &env,

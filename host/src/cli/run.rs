@@ -9,6 +9,7 @@ use clap::Args;
 use crate::context::{Context, OperatorConfig, Scope};
 use crate::controller;
 use crate::etcd::{ClientConfig, EtcdClient, Faults, FaultyEtcd};
+use crate::health::{self, Readiness};
 use crate::leader::{self, Candidate, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::policy::{Limits, PolicyEngine};
@@ -44,7 +45,9 @@ pub struct RunArgs {
     /// Memory cap of one policy evaluation, in MiB.
     #[arg(long, default_value_t = 32)]
     pub policy_memory_mib: u64,
-    /// Where to serve /metrics and /healthz (empty: don't).
+    /// Where to serve /metrics, /healthz (liveness) and /readyz (caches
+    /// synced and leadership known); empty: don't. A taken port fails at
+    /// startup.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
     /// Replace a member whose Pod failed this many times in a row without
@@ -89,6 +92,8 @@ pub struct Operator {
     pub args: RunArgs,
     pub faults: Faults,
     pub metrics: Arc<Metrics>,
+    /// What `/readyz` reports; set as `run` gets there.
+    pub readiness: Arc<Readiness>,
     /// Set by `--leader-elect`: reconcile only while holding this Lease.
     pub lease: Option<LeaseConfig>,
 }
@@ -106,6 +111,7 @@ impl Operator {
             args,
             faults: Faults::new(),
             metrics: Arc::new(Metrics::default()),
+            readiness: Arc::new(Readiness::default()),
             lease,
         }
     }
@@ -143,16 +149,19 @@ impl Operator {
         // The watch caches fill before leadership is won, so a successor
         // starts reconciling from warm caches.
         let ctx = self.context(client.clone()).await?;
+        self.readiness.caches_synced();
         let scope = self.scope();
         match self.lease {
             None => {
+                self.readiness.leader_known();
                 self.metrics.set_leading(true);
                 controller::run(ctx, &scope, shutdown).await
             }
             Some(lease) => {
                 let work = controller::run(ctx, &scope, std::future::pending());
                 let candidate = Candidate::new(client, lease);
-                leader::run_as_leader(candidate, work, shutdown, &self.metrics).await
+                leader::run_as_leader(candidate, work, shutdown, &self.metrics, &self.readiness)
+                    .await
             }
         }
     }
@@ -163,11 +172,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let operator = Operator::new(args);
     if !operator.args.metrics_addr.is_empty() {
         let addr: SocketAddr = operator.args.metrics_addr.parse()?;
-        let metrics = operator.metrics.clone();
+        let listener = health::bind(addr).await?;
+        let (metrics, readiness) = (operator.metrics.clone(), operator.readiness.clone());
         tokio::spawn(async move {
             // Reconciling matters more than metrics: say so and go on.
-            if let Err(e) = serve_metrics(addr, metrics).await {
-                tracing::error!(%addr, error = %e, "cannot serve /metrics and /healthz");
+            if let Err(e) = health::serve(listener, metrics, readiness).await {
+                tracing::error!(%addr, error = %e, "serving /metrics, /healthz and /readyz failed");
             }
         });
     }
@@ -182,20 +192,4 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     operator.run(client, shutdown).await
-}
-
-async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
-    use axum::routing::get;
-    let app = axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move { m.encode() }
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, app).await?;
-    Ok(())
 }
