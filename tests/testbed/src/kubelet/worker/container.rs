@@ -1,0 +1,306 @@
+//! The container's process: start it from the launch plan, reap its exit,
+//! restart it per restartPolicy with the kubelet's back-off, and stop it
+//! (SIGTERM, then SIGKILL after the grace period).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use super::super::mounts;
+use super::super::probe::ProbeState;
+use super::{Stop, Worker, now};
+
+impl Worker {
+    /// The variables every container gets for the `kubernetes` Service. A
+    /// real kubelet names the Service's ClusterIP; with no kube-proxy here
+    /// they name the API server's own address, which is what that IP
+    /// forwards to.
+    pub(super) fn service_env(&self) -> Vec<(String, String)> {
+        let Some(url) = self.node.config.api_server.as_deref() else {
+            return Vec::new();
+        };
+        let hostport = url.trim_start_matches("https://");
+        let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "443"));
+        vec![
+            ("KUBERNETES_SERVICE_HOST".into(), host.into()),
+            ("KUBERNETES_SERVICE_PORT".into(), port.into()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.into()),
+            ("KUBERNETES_PORT".into(), format!("tcp://{host}:{port}")),
+        ]
+    }
+
+    /// The node is up and the test does not hold this Pod back.
+    pub(super) fn may_start(&self) -> bool {
+        self.node_up && !self.node.is_held(&self.ns, &self.name)
+    }
+
+    pub(super) fn start_container(&mut self) {
+        if self.child.is_some() || self.deleting || !self.may_start() {
+            return;
+        }
+        let Some(plan) = self.plan.clone() else {
+            return;
+        };
+        let spawned = (|| -> std::io::Result<Child> {
+            std::fs::create_dir_all(&self.dir)?;
+            let mut log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log_path)?;
+            use std::io::Write;
+            writeln!(
+                log,
+                "--- steward-testbed kubelet: starting {} {}",
+                plan.program.display(),
+                plan.args.join(" ")
+            )?;
+            let err = log.try_clone()?;
+            // The image is opened before the container's mounts exist and
+            // run through /proc/self/fd: a volume mounted over the
+            // directory the program lives in (an emptyDir at /tmp, with a
+            // build under /tmp) must not hide it, as a volume never hides a
+            // real container's image. O_CLOEXEC: execve resolves the path
+            // before the descriptor closes, so the program does not see it.
+            let image = std::fs::File::open(&plan.program)?;
+            let mut cmd = tokio::process::Command::new(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&image)
+            ));
+            cmd.arg0(&plan.program);
+            cmd.args(&plan.args)
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env(
+                    "HOSTNAME",
+                    self.pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.hostname.clone())
+                        .unwrap_or(self.name.clone()),
+                )
+                .envs(self.service_env())
+                .envs(plan.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&self.dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(err))
+                // Its own process group: a Ctrl-C at the sandbox's terminal
+                // reaches the kubelet, which then stops etcd in order.
+                .process_group(0)
+                .kill_on_drop(true);
+            let mut mounts = mounts::Private::new(&plan.binds)?;
+            // SAFETY: prctl, unshare, mount and mkdir are async-signal-safe
+            // system calls on memory prepared before the fork; nothing else
+            // runs in the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                        .map_err(std::io::Error::from)?;
+                    mounts.enter()
+                });
+            }
+            let child = cmd.spawn();
+            drop(image);
+            child
+        })();
+        match spawned {
+            Ok(child) => {
+                let pid = child.id().unwrap_or(0);
+                if self.runs > 0 {
+                    self.restart_count += 1;
+                }
+                self.runs += 1;
+                self.child = Some(child);
+                self.pid = Some(pid);
+                self.node.started(pid);
+                self.node.set_pid(&self.uid, Some(pid), false);
+                let started = Instant::now();
+                self.started_at = Some(now());
+                self.started_instant = Some(started);
+                self.terminated = None;
+                self.frozen = false;
+                let c = &self.container;
+                self.readiness = c
+                    .readiness_probe
+                    .clone()
+                    .map(|p| ProbeState::new(p, started));
+                self.liveness = c
+                    .liveness_probe
+                    .clone()
+                    .map(|p| ProbeState::new(p, started));
+                self.ready = self.readiness.is_none();
+                self.phase = "Running";
+                tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started the container");
+            }
+            Err(e) => {
+                let message = format!("starting {}: {e}", plan.program.display());
+                tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
+                // Where a user looks first; the status keeps only the reason.
+                if let Ok(mut log) = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.log_path)
+                {
+                    use std::io::Write;
+                    let _ = writeln!(log, "--- steward-testbed kubelet: {message}");
+                }
+                if self.restart_policy() != "Never" {
+                    self.waiting = ("RunContainerError".into(), Some(message));
+                    self.schedule_restart();
+                } else {
+                    // As the kubelet reports a container that never started.
+                    self.terminated = Some(json!({"terminated": {
+                        "exitCode": 128, "reason": "StartError", "message": message,
+                        "finishedAt": now().to_string(),
+                    }}));
+                    self.phase = "Failed";
+                }
+            }
+        }
+    }
+
+    pub(super) async fn on_exit(&mut self, r: std::io::Result<ExitStatus>) {
+        self.child = None;
+        let pid = self.pid.take();
+        if let Some(pid) = pid {
+            self.node.exited(pid);
+        }
+        self.node.set_pid(&self.uid, None, false);
+        self.kill_at = None;
+        self.frozen = false;
+        self.ready = false;
+        self.readiness = None;
+        self.liveness = None;
+        let (mut code, mut signal) = match r {
+            Ok(s) => (
+                s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+                s.signal(),
+            ),
+            Err(_) => (-1, None),
+        };
+        let mut note = None;
+        if signal == Some(Signal::SIGTERM as i32) {
+            // etcd handles SIGTERM by stopping cleanly and then re-raising it
+            // on itself, unless it is PID 1, where it exits 0. In a container
+            // it is PID 1; here it is not, so the exit a container would
+            // report for a SIGTERM is 0, whoever sent it (this kubelet, a
+            // node shutdown, an operator's `kill`).
+            code = 0;
+            signal = None;
+            note = Some(
+                "stopped on SIGTERM; recorded as exit 0, as etcd exits when it is a container's PID 1",
+            );
+        }
+        let ran_for = self
+            .started_instant
+            .map(|s| s.elapsed())
+            .unwrap_or_default();
+        let mut terminated = json!({
+            "exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": self.started_at.map(|t| t.to_string()),
+            "finishedAt": now().to_string(),
+            "containerID": pid.map(|p| format!("local://{p}")),
+        });
+        if let Some(sig) = signal {
+            terminated["signal"] = json!(sig);
+            let name = Signal::try_from(sig)
+                .map(|s| s.as_str())
+                .unwrap_or("unknown signal");
+            terminated["message"] = json!(format!("killed by {name}"));
+        }
+        if let Some(note) = note {
+            terminated["message"] = json!(note);
+        }
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ?pid, code, ?signal, "the container exited");
+        self.terminated = Some(json!({ "terminated": terminated }));
+        self.last_exit = Some(code);
+        for w in self.exit_waiters.drain(..) {
+            let _ = w.send(());
+        }
+        match self.stopping.take() {
+            Some(Stop::Shutdown) => self.done = true,
+            Some(Stop::Delete) => self.finalize().await,
+            _ if self.deleting => self.finalize().await,
+            Some(Stop::Node) => self.phase = if code == 0 { "Succeeded" } else { "Failed" },
+            Some(Stop::Liveness) | None => {
+                let restart = match self.restart_policy() {
+                    "Never" => false,
+                    "OnFailure" => code != 0,
+                    _ => true,
+                };
+                if restart && self.node_up {
+                    // A container that ran for a while starts its backoff afresh.
+                    if ran_for > Duration::from_secs(60) {
+                        self.backoff = Duration::ZERO;
+                    }
+                    self.last_state = self.terminated.take();
+                    self.schedule_restart();
+                } else {
+                    self.phase = if code == 0 { "Succeeded" } else { "Failed" };
+                }
+            }
+        }
+    }
+
+    /// The first restart is immediate, later ones back off (doubling up to
+    /// the configured cap) so a crash-looping etcd does not spin.
+    pub(super) fn schedule_restart(&mut self) {
+        let delay = self.backoff;
+        let cfg = &self.node.config;
+        self.backoff = if delay.is_zero() {
+            cfg.restart_backoff
+        } else {
+            (delay * 2).min(cfg.max_restart_backoff)
+        };
+        if delay.is_zero() {
+            self.start_container();
+        } else {
+            self.waiting = (
+                "CrashLoopBackOff".into(),
+                Some(format!(
+                    "back-off {}s restarting failed container={}",
+                    delay.as_secs(),
+                    self.container.name
+                )),
+            );
+            self.restart_at = Some(Instant::now() + delay);
+        }
+    }
+
+    /// the SIGTERM so it can act on it.
+    pub(super) fn stop_process(&mut self, why: Stop, grace: Duration) {
+        self.stopping = Some(why);
+        // An error means the process already exited; its exit is on the way.
+        let _ = self.signal(Signal::SIGTERM);
+        if self.frozen {
+            let _ = self.signal(Signal::SIGCONT);
+            self.frozen = false;
+            self.node.set_pid(&self.uid, self.pid, false);
+        }
+        self.kill_at = Some(Instant::now() + grace);
+    }
+
+    pub(super) fn signal(&self, sig: Signal) -> Result<u32, String> {
+        match (self.child.as_ref(), self.pid) {
+            (Some(_), Some(pid)) => kill(Pid::from_raw(pid as i32), sig)
+                .map(|()| pid)
+                .map_err(|e| format!("{sig}: {e}")),
+            _ => Err(format!(
+                "{}/{} has no running container",
+                self.ns, self.name
+            )),
+        }
+    }
+
+    pub(super) fn sigkill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+}
