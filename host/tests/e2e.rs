@@ -801,6 +801,33 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
             "a Warning Event names the policy failure"
         );
 
+        // Settings the policy's validate-settings rejects are never
+        // evaluated: the host's fallback, Stalled for a human to fix.
+        env.clusters()
+            .patch(
+                "broken",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({
+                    "spec": {"statusPolicy": {"name": "chaos", "settings": {"fault": "nonsense"}}}
+                })),
+            )
+            .await
+            .unwrap();
+        let c = env
+            .wait_for("broken", "Stalled=True/InvalidPolicySettings", |c| {
+                condition(c, "Stalled") == Some("True")
+                    && condition_reason(c, "Stalled") == Some("InvalidPolicySettings")
+            })
+            .await;
+        let message = condition_message(&c, "Stalled").unwrap();
+        assert!(message.contains("unknown fault \"nonsense\""), "{message}");
+        assert_eq!(
+            condition(&c, "Available"),
+            Some("Unknown"),
+            "{}",
+            describe(&c)
+        );
+
         // A policy that cannot be had at all is for a human to fix:
         // Stalled, which kstatus reads as Failed (Flux fails at once).
         env.clusters()

@@ -143,6 +143,107 @@ fn unparsable_case_file_names_file_line_and_field() {
 }
 
 #[test]
+fn case_files_are_checked_before_the_policy_is_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "broken.yaml",
+        b"cases:\n  - name: typo\n    observation: {spec: {desiredReplicas: 1}, probing: {skipped: no}, now: 0}\n    expect: {readyMembrs: 1}\n",
+    );
+    // Not a component at all: had it been compiled first, this would be the error.
+    let policy = write(dir.path(), "not.wasm", b"not wasm");
+    let o = steward(&["policy", "test", "--policy", &policy, &file]);
+    assert_one_error_line(&o, &format!("{file}:4:"));
+    assert!(stderr(&o).contains("readyMembrs"), "{}", stderr(&o));
+}
+
+/// Two cases with settings the default policy's validate-settings rejects:
+/// one expects the rejection, one expects a verdict.
+fn rejected_settings_cases(dir: &Path) -> String {
+    let cases = format!(
+        "cases:\n  - name: refuses a zero window\n    settings: {{staleAfterSeconds: 0}}\n    observation:\n{obs}\n    expect:\n      settingsRejected: {{messageContains: staleAfterSeconds}}\n  - name: expects a verdict anyway\n    settings: {{staleAfterSeconds: 0}}\n    observation:\n{obs}\n    expect:\n      conditions:\n        - {{type: Available, status: \"True\"}}\n",
+        obs = indent(OBSERVATION, 6)
+    );
+    write(dir, "settings.yaml", cases.as_bytes())
+}
+
+#[test]
+fn rejected_settings_pass_only_a_case_that_expects_the_rejection() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = rejected_settings_cases(dir.path());
+    let o = steward(&["policy", "test", &file]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains(&format!("ok   {file}: refuses a zero window")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("FAIL {file}: expects a verdict anyway")),
+        "{out}"
+    );
+    assert!(
+        out.contains("settings: expected accepted by validate-settings"),
+        "{out}"
+    );
+    assert!(
+        out.contains("staleAfterSeconds must be between 1 and"),
+        "{out}"
+    );
+    assert_eq!(out.lines().last(), Some("1 passed, 1 failed"));
+}
+
+#[test]
+fn junit_and_json_reports_carry_every_case_and_its_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = rejected_settings_cases(dir.path());
+
+    let o = steward(&["policy", "test", "--format", "junit", &file]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let report = quick_junit::Report::deserialize_from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("not JUnit XML: {e}\n{}", stdout(&o)));
+    assert_eq!((report.tests, report.failures, report.errors), (2, 1, 0));
+    assert_eq!(report.test_suites.len(), 1);
+    let suite = &report.test_suites[0];
+    assert_eq!(suite.name.as_str(), file);
+    let failed: Vec<_> = suite
+        .test_cases
+        .iter()
+        .filter(|c| !matches!(c.status, quick_junit::TestCaseStatus::Success { .. }))
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].name.as_str(), "expects a verdict anyway");
+    let quick_junit::TestCaseStatus::NonSuccess { message, .. } = &failed[0].status else {
+        unreachable!()
+    };
+    let message = message.as_ref().map(|m| m.as_str()).unwrap_or_default();
+    assert!(
+        message.starts_with("settings: expected accepted"),
+        "{message}"
+    );
+
+    let o = steward(&["policy", "test", "--format", "json", &file]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("not JSON: {e}\n{}", stdout(&o)));
+    assert_eq!(
+        (doc["passed"].as_u64(), doc["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let cases = doc["cases"].as_array().unwrap();
+    assert_eq!(cases[0]["name"], "refuses a zero window");
+    assert_eq!(cases[0]["passed"], true);
+    assert_eq!(cases[0]["problems"], serde_json::json!([]));
+    assert_eq!(cases[1]["passed"], false);
+    assert_eq!(cases[1]["file"], file.as_str());
+    let problem = cases[1]["problems"][0].as_str().unwrap();
+    assert!(
+        problem.contains("staleAfterSeconds must be between 1 and"),
+        "{problem}"
+    );
+}
+
+#[test]
 fn eval_prints_the_verdict() {
     let dir = tempfile::tempdir().unwrap();
     let input = write(dir.path(), "obs.yaml", OBSERVATION.as_bytes());

@@ -10,6 +10,7 @@ use steward_policy_sdk::Verdict;
 
 use super::observe::Observed;
 use crate::api::PolicyStatus;
+use crate::conditions::Stall;
 use crate::context::Context;
 use crate::facts::quorum::{self, Quorum};
 use crate::policy::{PolicyError, ResolveError, fallback_verdict};
@@ -54,8 +55,12 @@ impl PolicyProblem {
 
     /// Needs a human: the policy cannot be loaded or rejects the settings.
     /// A failed evaluation does not stall: the next one may succeed.
-    pub fn stalls(&self) -> bool {
-        matches!(self, Self::Unavailable(_) | Self::InvalidSettings { .. })
+    pub fn stall(&self) -> Option<Stall> {
+        match self {
+            Self::Unavailable(_) => Some(Stall::PolicyUnloadable(self.message())),
+            Self::InvalidSettings { .. } => Some(Stall::InvalidPolicySettings(self.message())),
+            Self::Failed(_) | Self::UnconfirmedVerification { .. } => None,
+        }
     }
 }
 

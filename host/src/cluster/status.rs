@@ -155,10 +155,8 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
 }
 
 fn stall(e: &Evaluated, prev: &EtcdClusterStatus, now: jiff::Timestamp) -> Option<Stall> {
-    if let Some(p) = &e.problem
-        && p.stalls()
-    {
-        return Some(Stall::PolicyUnloadable(p.message()));
+    if let Some(stall) = e.problem.as_ref().and_then(|p| p.stall()) {
+        return Some(stall);
     }
     let deadline = prev.progress_deadline.as_ref()?;
     (is_moving(e.observed.observation.phase) && now > deadline.0).then(|| {

@@ -25,6 +25,8 @@ pub enum Stall {
     ProgressDeadlineExceeded(String),
     /// The named status policy cannot be fetched, compiled or instantiated.
     PolicyUnloadable(String),
+    /// The policy's `validate-settings` rejects `spec.statusPolicy.settings`.
+    InvalidPolicySettings(String),
 }
 
 impl Stall {
@@ -32,12 +34,15 @@ impl Stall {
         match self {
             Self::ProgressDeadlineExceeded(_) => reason::PROGRESS_DEADLINE_EXCEEDED,
             Self::PolicyUnloadable(_) => reason::POLICY_UNLOADABLE,
+            Self::InvalidPolicySettings(_) => reason::INVALID_POLICY_SETTINGS,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            Self::ProgressDeadlineExceeded(m) | Self::PolicyUnloadable(m) => m,
+            Self::ProgressDeadlineExceeded(m)
+            | Self::PolicyUnloadable(m)
+            | Self::InvalidPolicySettings(m) => m,
         }
     }
 }

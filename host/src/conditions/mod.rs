@@ -48,6 +48,7 @@ pub mod reason {
     pub const NOT_STALLED: &str = "NotStalled";
     pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
     pub const POLICY_UNLOADABLE: &str = "PolicyUnloadable";
+    pub const INVALID_POLICY_SETTINGS: &str = "InvalidPolicySettings";
     /// The host stood in for a policy that failed or could not be loaded.
     pub const POLICY_FAILED: &str = "PolicyFailed";
     /// Replaces a reason the apiserver would reject.

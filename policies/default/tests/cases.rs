@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use steward_default_policy::evaluate_json_settings;
-use steward_policy_sdk::testing::{check, load_cases, load_observation};
+use steward_default_policy::{Settings, evaluate_json_settings};
+use steward_policy_sdk::testing::{Outcome, check_outcome, load_cases, load_observation};
 use steward_policy_sdk::{ConditionStatus, Observation, Verdict};
 
 fn here(rel: &str) -> PathBuf {
@@ -63,12 +63,19 @@ fn every_yaml_case_passes_against_the_native_logic() {
         for case in &file.cases {
             count += 1;
             let obs = case.observation();
-            let verdict = evaluate_json_settings(&obs);
-            let mut problems: Vec<String> = check(&case.expect, &verdict)
+            // As the component's validate-settings and evaluate do.
+            let outcome = Outcome::of(
+                case,
+                |s| Settings::parse(s).map(drop),
+                evaluate_json_settings,
+            );
+            let mut problems: Vec<String> = check_outcome(&case.expect, &outcome)
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            problems.extend(contract_violations(&obs, &verdict));
+            if let Outcome::Evaluated(verdict) = &outcome {
+                problems.extend(contract_violations(&obs, verdict));
+            }
             if !problems.is_empty() {
                 failures.push(format!(
                     "{} / {}:\n    {}",
@@ -145,4 +152,24 @@ fn the_five_member_benchmark_fixture_is_a_healthy_cluster() {
     assert_eq!(verdict.ready_members, 5);
     assert!(verdict.verified);
     assert!(verdict.events.is_empty(), "{:?}", verdict.events);
+}
+
+#[test]
+fn evaluate_given_rejected_settings_uses_the_defaults_and_warns() {
+    let mut obs = load_observation(here("tests/fixtures/five-members.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let healthy = evaluate_json_settings(&obs);
+    obs.settings = r#"{"dbSizeWarnRatio": 1.5}"#.to_owned();
+    let rejected = Settings::parse(&obs.settings).unwrap_err();
+    let verdict = evaluate_json_settings(&obs);
+    assert_eq!(verdict.conditions, healthy.conditions);
+    let warning = verdict
+        .events
+        .iter()
+        .find(|e| e.reason == "InvalidSettings")
+        .expect("an InvalidSettings event");
+    assert_eq!(
+        warning.message,
+        format!("using default settings: {rejected}")
+    );
 }

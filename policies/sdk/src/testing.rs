@@ -15,7 +15,19 @@
 //!         - {type: Degraded, status: "False", messageContains: "all 3"}
 //!       readyMembers: 3                   # optional
 //!       verified: true                    # optional
+//!   - name: a zero staleness window is refused
+//!     settings: {staleAfterSeconds: 0}
+//!     observation: { ... }
+//!     expect:
+//!       settingsRejected: {messageContains: "staleAfterSeconds"}
 //! ```
+//!
+//! Every case runs as the operator runs a reconcile: `validate-settings`
+//! with the case's settings first, and `evaluate` only when they are
+//! accepted (the operator never evaluates rejected settings; it writes its
+//! own PolicyFailed verdict). So a case whose settings are rejected fails
+//! unless it expects `settingsRejected`, and such a case expects nothing of
+//! a verdict.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -63,6 +75,54 @@ pub struct Expectation {
     /// Events that must be among the verdict's events (subset, in any order).
     #[serde(default)]
     pub events: Vec<ExpectedEvent>,
+    /// The policy's `validate-settings` must reject the case's settings.
+    #[serde(default)]
+    pub settings_rejected: Option<ExpectedRejection>,
+}
+
+impl Expectation {
+    /// Whether anything of a verdict is expected.
+    fn expects_a_verdict(&self) -> bool {
+        !self.conditions.is_empty()
+            || self.ready_members.is_some()
+            || self.verified.is_some()
+            || self.requeue_after_ms.is_some()
+            || !self.events.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExpectedRejection {
+    /// A part of validate-settings' message; any message when absent.
+    #[serde(default)]
+    pub message_contains: Option<String>,
+}
+
+/// What a policy made of one case, run as the operator runs it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// `validate-settings` rejected the settings with this message, so
+    /// `evaluate` was not called.
+    SettingsRejected(String),
+    /// The settings were accepted and `evaluate` returned this verdict.
+    Evaluated(Verdict),
+}
+
+impl Outcome {
+    /// Runs a case: `validate` on the settings text, then `evaluate` only
+    /// if they are accepted.
+    pub fn of(
+        case: &Case,
+        validate: impl FnOnce(&str) -> Result<(), String>,
+        evaluate: impl FnOnce(&Observation) -> Verdict,
+    ) -> Self {
+        let observation = case.observation();
+        match validate(&observation.settings) {
+            Err(message) => Outcome::SettingsRejected(message),
+            Ok(()) => Outcome::Evaluated(evaluate(&observation)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -134,7 +194,35 @@ fn mismatch(field: String, expected: impl fmt::Display, actual: impl fmt::Displa
     }
 }
 
-/// Compares a verdict with an expectation; empty means the case passed.
+/// Compares what a policy made of a case with its expectation; empty means
+/// the case passed.
+pub fn check_outcome(expect: &Expectation, outcome: &Outcome) -> Vec<Mismatch> {
+    match (&expect.settings_rejected, outcome) {
+        (Some(want), Outcome::SettingsRejected(message)) => match &want.message_contains {
+            Some(part) if !message.contains(part.as_str()) => vec![mismatch(
+                "settingsRejected.message".into(),
+                format_args!("to contain {part:?}"),
+                format_args!("{message:?}"),
+            )],
+            _ => Vec::new(),
+        },
+        (Some(_), Outcome::Evaluated(_)) => vec![mismatch(
+            "settingsRejected".into(),
+            "validate-settings to reject the settings",
+            "accepted",
+        )],
+        (None, Outcome::SettingsRejected(message)) => vec![mismatch(
+            "settings".into(),
+            "accepted by validate-settings (the operator does not evaluate rejected settings; \
+             expect settingsRejected if this is the point of the case)",
+            format_args!("rejected: {message:?}"),
+        )],
+        (None, Outcome::Evaluated(verdict)) => check(expect, verdict),
+    }
+}
+
+/// Compares a verdict with an expectation's verdict fields; empty means
+/// they match. [`check_outcome`] is the whole check of a case.
 pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
     let mut out = Vec::new();
     for want in &expect.conditions {
@@ -332,6 +420,14 @@ pub fn load_case_file(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError>
         if file.cases[..i].iter().any(|c| c.name == case.name) {
             return Err(invalid(format!(
                 "cases[{i}]: the name {:?} is used twice",
+                case.name
+            )));
+        }
+        if case.expect.settings_rejected.is_some() && case.expect.expects_a_verdict() {
+            return Err(invalid(format!(
+                "cases[{i}] ({:?}): expect.settingsRejected cannot be combined with verdict \
+                 expectations (conditions, readyMembers, verified, requeueAfterMs, events): \
+                 rejected settings are never evaluated",
                 case.name
             )));
         }

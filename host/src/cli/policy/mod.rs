@@ -37,7 +37,12 @@ pub struct TestArgs {
     /// Only run cases whose name matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     pub run: Option<regex::Regex>,
-    /// Case files, or directories searched for *.yaml / *.yml.
+    /// How to report: one line per case, a JUnit XML report for CI, or
+    /// JSON. The exit code is the same for all three.
+    #[arg(long, value_enum, default_value_t = test::Report::Text)]
+    pub format: test::Report,
+    /// Case files, or directories searched for *.yaml / *.yml. They are
+    /// all parsed before the policy is compiled.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 }
@@ -88,9 +93,10 @@ fn select(engine: &PolicyEngine, selection: &PolicySelection) -> anyhow::Result<
 }
 
 fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let files = test::load(&args.paths)?;
     let engine = engine()?;
     let policy = select(&engine, &args.selection)?;
-    test::run(&policy, &args.paths, args.run.as_ref())
+    test::run(&policy, &files, args.run.as_ref(), args.format)
 }
 
 fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {

@@ -290,6 +290,7 @@ fn check_passes_a_matching_subset() {
         verified: Some(false),
         requeue_after_ms: Some(Some(5000)),
         events: vec![],
+        settings_rejected: None,
     };
     assert_eq!(check(&expect, &verdict()), vec![]);
 }
@@ -319,6 +320,7 @@ fn check_reports_every_difference_readably() {
             reason: "InvalidSettings".into(),
             message_contains: None,
         }],
+        settings_rejected: None,
     };
     let shown: Vec<String> = check(&expect, &verdict())
         .iter()
@@ -337,4 +339,77 @@ fn check_reports_every_difference_readably() {
             "events: expected a Warning event InvalidSettings, got no events",
         ]
     );
+}
+
+fn rejection_case(expect: &str) -> Case {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "cases:\n  - name: c\n    settings: {{staleAfterSeconds: 0}}\n    observation:{MINIMAL_OBSERVATION}\n    expect:\n{expect}\n"
+    );
+    let path = write(&dir, "c.yaml", &text);
+    load_case_file(&path).unwrap().cases.remove(0)
+}
+
+fn reject(settings: &str) -> Result<(), String> {
+    if settings.contains("\"staleAfterSeconds\":0") {
+        Err("staleAfterSeconds must be at least 1".into())
+    } else {
+        Ok(())
+    }
+}
+
+#[test]
+fn rejected_settings_are_never_evaluated_and_pass_only_when_expected() {
+    let case = rejection_case("      settingsRejected: {messageContains: at least 1}");
+    let outcome = Outcome::of(&case, reject, |_| panic!("evaluated rejected settings"));
+    assert_eq!(
+        outcome,
+        Outcome::SettingsRejected("staleAfterSeconds must be at least 1".into())
+    );
+    assert_eq!(check_outcome(&case.expect, &outcome), vec![]);
+
+    let wrong = rejection_case("      settingsRejected: {messageContains: at most 9}");
+    let shown = check_outcome(&wrong.expect, &outcome)[0].to_string();
+    assert!(
+        shown.starts_with("settingsRejected.message: expected to contain \"at most 9\""),
+        "{shown}"
+    );
+
+    // A case that does not expect the rejection fails, and says why.
+    let unexpected = rejection_case("      conditions: [{type: Available, status: True}]");
+    let outcome = Outcome::of(&unexpected, reject, |_| {
+        panic!("evaluated rejected settings")
+    });
+    let shown = check_outcome(&unexpected.expect, &outcome)[0].to_string();
+    assert!(
+        shown.starts_with("settings: expected accepted by validate-settings"),
+        "{shown}"
+    );
+    assert!(shown.contains("at least 1"), "{shown}");
+}
+
+#[test]
+fn an_expected_rejection_of_accepted_settings_fails() {
+    let case = rejection_case("      settingsRejected: {}");
+    let outcome = Outcome::of(&case, |_| Ok(()), |_| verdict());
+    assert_eq!(
+        check_outcome(&case.expect, &outcome)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["settingsRejected: expected validate-settings to reject the settings, got accepted"]
+    );
+}
+
+#[test]
+fn a_rejection_case_cannot_also_expect_a_verdict() {
+    let (_, err) = parse_error(&format!(
+        "cases:\n  - name: both\n    observation:{MINIMAL_OBSERVATION}\n    expect:\n      settingsRejected: {{}}\n      readyMembers: 1\n"
+    ));
+    let shown = err.to_string();
+    assert!(
+        shown.contains("settingsRejected cannot be combined"),
+        "{shown}"
+    );
+    assert!(shown.contains("\"both\""), "{shown}");
 }
