@@ -1,8 +1,9 @@
 //! Builds the policy components for wasm32-wasip2 so that `cargo build` at
 //! the root stays one command (in the style of substrate-wasm-builder).
 //!
-//! A nested cargo builds `steward-default-policy` (embedded in the binary)
-//! and `steward-chaos-policy` (for the host's tests) with the workspace's
+//! A nested cargo builds `steward-default-policy` (embedded in the binary),
+//! `steward-chaos-policy` and the Rust SDK's example (for the host's tests)
+//! with the workspace's
 //! `policy` profile, into a target dir of its own: the outer build holds the
 //! lock on its target dir, so sharing it would deadlock.
 
@@ -25,6 +26,11 @@ const POLICIES: &[(&str, &str, &str)] = &[
         "steward-chaos-policy",
         "steward_chaos_policy",
         "STEWARD_CHAOS_POLICY_WASM",
+    ),
+    (
+        "steward-example-raft-lag",
+        "steward_example_raft_lag",
+        "STEWARD_EXAMPLE_RAFT_LAG_WASM",
     ),
 ];
 
@@ -61,8 +67,13 @@ fn main() {
         "policies/default/build.rs",
         "policies/chaos/src",
         "policies/chaos/Cargo.toml",
+        "policies/examples/raft-lag/src",
+        "policies/examples/raft-lag/Cargo.toml",
     ] {
-        println!("cargo:rerun-if-changed={}", workspace.join(path).display());
+        // Relative to this package: the target dir is shared between
+        // checkouts, and an absolute path would make another checkout's
+        // build look at this one's files.
+        println!("cargo:rerun-if-changed=../{path}");
     }
 
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());

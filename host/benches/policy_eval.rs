@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use etcd_steward::policy::{Limits, PolicyEngine};
+use etcd_steward::policy::{EngineConfig, PolicyEngine};
 use steward_policy_sdk::Observation;
 
 /// The default policy's realistic healthy five-member cluster.
@@ -41,7 +41,7 @@ fn percentiles(name: &str, calls: usize, mut f: impl FnMut()) -> Duration {
 }
 
 fn main() {
-    let engine = PolicyEngine::new(Limits::default()).expect("the policy engine starts");
+    let engine = PolicyEngine::new(EngineConfig::default()).expect("the policy engine starts");
     let policy = engine.default_policy();
     let obs = observation();
 

@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-steward");
 const CHAOS_WASM: &str = env!("STEWARD_CHAOS_POLICY_WASM");
+const RAFT_LAG_WASM: &str = env!("STEWARD_EXAMPLE_RAFT_LAG_WASM");
 
 fn repo() -> PathBuf {
     steward_testbed::repo::root()
@@ -52,11 +53,11 @@ spec: {desiredReplicas: 1}
 members:
   - {name: etcd-0, podPhase: Running, podReady: true}
 probing:
-  attempted:
+  Attempted:
     endpoints:
       - member: etcd-0
-        outcome: {answered: {memberId: "1", leaderId: "1"}}
-    quorumRead: succeeded
+        outcome: {Answered: {memberId: "1", leaderId: "1"}}
+    quorumRead: Succeeded
 now: 1780000000000
 "#;
 
@@ -135,7 +136,7 @@ fn unparsable_case_file_names_file_line_and_field() {
     let file = write(
         dir.path(),
         "broken.yaml",
-        b"cases:\n  - name: typo\n    observation:\n      spec: {desiredReplicas: three}\n      probing: {skipped: no}\n      now: 0\n    expect: {}\n",
+        b"cases:\n  - name: typo\n    observation:\n      spec: {desiredReplicas: three}\n      probing: {Skipped: no}\n      now: 0\n    expect: {}\n",
     );
     let o = steward(&["policy", "test", &file]);
     assert_one_error_line(&o, &format!("{file}:4:"));
@@ -148,7 +149,7 @@ fn case_files_are_checked_before_the_policy_is_compiled() {
     let file = write(
         dir.path(),
         "broken.yaml",
-        b"cases:\n  - name: typo\n    observation: {spec: {desiredReplicas: 1}, probing: {skipped: no}, now: 0}\n    expect: {readyMembrs: 1}\n",
+        b"cases:\n  - name: typo\n    observation: {spec: {desiredReplicas: 1}, probing: {Skipped: no}, now: 0}\n    expect: {readyMembrs: 1}\n",
     );
     // Not a component at all: had it been compiled first, this would be the error.
     let policy = write(dir.path(), "not.wasm", b"not wasm");
@@ -274,7 +275,7 @@ fn eval_of_a_failing_policy_prints_the_fallback_and_fails() {
     let input = write(
         dir.path(),
         "obs.yaml",
-        format!("{OBSERVATION}settings: '{{\"fault\": \"loop\"}}'\n").as_bytes(),
+        format!("{OBSERVATION}settings: {{fault: loop}}\n").as_bytes(),
     );
     let o = steward(&[
         "policy", "eval", "--policy", CHAOS_WASM, "--input", &input, "-o", "json",
@@ -294,7 +295,7 @@ fn eval_rejects_settings_the_policy_rejects() {
     let input = write(
         dir.path(),
         "obs.yaml",
-        format!("{OBSERVATION}settings: '{{\"fault\": \"nonsense\"}}'\n").as_bytes(),
+        format!("{OBSERVATION}settings: {{fault: nonsense}}\n").as_bytes(),
     );
     let o = steward(&["policy", "eval", "--policy", CHAOS_WASM, "--input", &input]);
     assert_one_error_line(&o, "unknown fault");
@@ -367,4 +368,111 @@ fn indent(text: &str, by: usize) -> String {
         .map(|l| format!("{pad}{l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The Rust SDK's example, built as a component, passes its own cases.
+#[test]
+fn the_rust_sdk_example_passes_its_cases_as_a_component() {
+    let out = steward(&[
+        "policy",
+        "test",
+        "--policy",
+        RAFT_LAG_WASM,
+        "policies/examples/raft-lag/tests",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("passed, 0 failed"), "{text}");
+    assert!(
+        text.contains("a follower falls 5000 entries behind"),
+        "{text}"
+    );
+}
+
+/// Every case file in the repository is valid against `policy schema`, and
+/// the schema refuses what the format refuses.
+#[test]
+fn the_schema_validates_every_case_file_and_refuses_the_old_casing() {
+    let out = steward(&["policy", "schema"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+
+    let mut files = Vec::new();
+    let mut stack = vec![repo().join("policies")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !["node_modules", "target", "fixtures", "template"].contains(&name.as_str()) {
+                    stack.push(path);
+                }
+            } else if name.ends_with(".yaml") && path.parent().unwrap().ends_with("tests") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() >= 8, "case files found: {files:?}");
+    for file in &files {
+        let value: serde_json::Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(file).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:#?}", file.display());
+    }
+
+    let case = |observation: &str| -> serde_json::Value {
+        let text =
+            format!("cases:\n  - name: c\n    observation: {observation}\n    expect: {{}}\n");
+        serde_saphyr::from_str(&text).unwrap()
+    };
+    let good = "{spec: {desiredReplicas: 1}, phase: Steady, members: [{name: a, memberId: \"10\"}], \
+                settings: {a: 1}, probing: {Skipped: x}, now: 0}";
+    assert!(validator.is_valid(&case(good)), "{good}");
+    for (bad, why) in [
+        (
+            "{spec: {desiredReplicas: 1}, phase: steady, probing: {Skipped: x}, now: 0}",
+            "a lower-case enum value",
+        ),
+        (
+            "{spec: {desiredReplicas: 1}, probing: {skipped: x}, now: 0}",
+            "a lower-case variant",
+        ),
+        (
+            "{spec: {desiredReplicas: 1}, members: [{name: a, memberId: 10}], probing: {Skipped: x}, now: 0}",
+            "a member ID as a number",
+        ),
+        (
+            "{spec: {desiredReplicas: 1}, settings: '{}', probing: {Skipped: x}, now: 0}",
+            "settings as JSON text",
+        ),
+    ] {
+        assert!(
+            !validator.is_valid(&case(bad)),
+            "the schema accepts {why}: {bad}"
+        );
+    }
+}
+
+#[test]
+fn a_member_id_written_as_a_number_is_refused_with_how_to_write_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = write(
+        dir.path(),
+        "ids.yaml",
+        b"cases:\n  - name: c\n    observation:\n      spec: {desiredReplicas: 1}\n      \
+          members: [{name: a, memberId: 10}]\n      probing: {Skipped: x}\n      now: 0\n    \
+          expect: {}\n",
+    );
+    let out = steward(&["policy", "test", &cases]);
+    assert_one_error_line(&out, "cases[0].observation.members[0].memberId");
+    assert!(
+        stderr(&out).contains(r#"write "10" if those are hex digits, or "a" for the number 10"#),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use etcd_steward::policy::{DEFAULT_POLICY_WASM, Limits, PolicyEngine};
+use etcd_steward::policy::{DEFAULT_POLICY_WASM, EngineConfig, PolicyEngine};
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -32,7 +32,7 @@ fn a_loaded_policy_is_logged_once_by_its_digest() {
         .with_ansi(false)
         .finish();
     let engine = tracing::subscriber::with_default(subscriber, || {
-        let engine = PolicyEngine::new(Limits::default()).unwrap();
+        let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
         // The same bytes again: a cache hit, not logged twice.
         engine.load(DEFAULT_POLICY_WASM).unwrap();
         engine

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use etcd_steward::policy::{
-    ErrorKind, Evaluation, FALLBACK_REASON, Limits, LoadedPolicy, PolicyEngine,
+    EngineConfig, ErrorKind, Evaluation, FALLBACK_REASON, Limits, LoadedPolicy, PolicyEngine,
 };
 use steward_policy_sdk::{
     ClusterSpec, ConditionStatus, EndpointProbe, EndpointStatus, Member, Observation, PodPhase,
@@ -18,16 +18,23 @@ const CHAOS_WASM: &str = env!("STEWARD_CHAOS_POLICY_WASM");
 /// A deadline far above what any well-behaved call needs, so that a busy
 /// machine preempting a test thread cannot turn a pass into a Deadline.
 static ENGINE: LazyLock<PolicyEngine> = LazyLock::new(|| {
-    PolicyEngine::new(Limits {
-        deadline: Duration::from_secs(5),
-        ..Limits::default()
+    PolicyEngine::new(EngineConfig {
+        defaults: Limits {
+            deadline: Duration::from_secs(5),
+            ..Limits::default()
+        },
+        maximum: Limits {
+            deadline: Duration::from_secs(5),
+            ..Limits::default_maximum()
+        },
+        ..EngineConfig::default()
     })
     .expect("the policy engine starts")
 });
 
 /// The limits the operator runs with.
 static DEFAULT_ENGINE: LazyLock<PolicyEngine> =
-    LazyLock::new(|| PolicyEngine::new(Limits::default()).expect("the policy engine starts"));
+    LazyLock::new(|| PolicyEngine::new(EngineConfig::default()).expect("the policy engine starts"));
 
 fn chaos() -> Arc<LoadedPolicy> {
     ENGINE

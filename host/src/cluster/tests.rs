@@ -12,7 +12,7 @@ use super::{evaluate, observe, plan, status};
 use crate::api::{EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary};
 use crate::context::{Context, OperatorConfig};
 use crate::etcd::{ClientConfig, EtcdClient};
-use crate::policy::{Limits, PolicyEngine};
+use crate::policy::{EngineConfig, PolicyEngine};
 use crate::resources::fixtures;
 
 fn context() -> (Arc<Context>, crate::context::StoreWriters) {
@@ -23,7 +23,7 @@ fn context() -> (Arc<Context>, crate::context::StoreWriters) {
         deadline: Duration::from_millis(300),
         ..ClientConfig::default()
     }));
-    let engine = PolicyEngine::new(Limits::default()).expect("the default policy loads");
+    let engine = PolicyEngine::new(EngineConfig::default()).expect("the default policy loads");
     Context::for_tests(
         client,
         etcd,

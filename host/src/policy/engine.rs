@@ -1,14 +1,16 @@
 //! The policy engine: one wasmtime Engine per process, its epoch ticker, and
-//! the compiled policies it has loaded, keyed by digest.
+//! the components it has compiled, keyed by digest, in memory and (when
+//! given a directory) on disk, so neither a restarted operator nor the CLI
+//! compiles the same component twice.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
 };
@@ -17,28 +19,102 @@ use super::loaded::LoadedPolicy;
 use super::sandbox::{self, HostState};
 use super::{PolicyError, embedded};
 
-/// What one evaluation may consume.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What one policy may consume: per evaluation (instantiation included),
+/// and the size of the component itself.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// Wall time for one call into the policy (instantiation included).
     pub deadline: Duration,
-    /// Linear memory per instance, in bytes.
+    /// The size each of the component's linear memories may grow to, in
+    /// bytes.
     pub memory_bytes: usize,
+    /// The component's size, in bytes.
+    pub component_bytes: usize,
+    /// Core instances one evaluation may create.
+    pub instances: u32,
+}
+
+impl Default for Limits {
+    /// The defaults admit the SDKs' own examples, a Python one built with
+    /// `componentize-py --stub-wasi` included (docs/writing-policies.md
+    /// gives their measured needs).
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_millis(50),
+            memory_bytes: 64 << 20,
+            component_bytes: 64 << 20,
+            instances: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// The operator's maxima when none are given: what any one policy may
+    /// ask for in its EtcdStatusPolicy.
+    pub fn default_maximum() -> Self {
+        Self {
+            deadline: Duration::from_millis(1000),
+            memory_bytes: 256 << 20,
+            component_bytes: 128 << 20,
+            instances: 128,
+        }
+    }
+
+    /// The first limit of `self` above `max`, named as a user writes it.
+    pub fn exceeding(&self, max: &Limits) -> Option<String> {
+        let over = |name: &str, got: u128, max: u128| {
+            (got > max).then(|| format!("{name} {got} is above the operator's maximum {max}"))
+        };
+        over(
+            "deadlineMilliseconds",
+            self.deadline.as_millis(),
+            max.deadline.as_millis(),
+        )
+        .or_else(|| {
+            over(
+                "memoryBytes",
+                self.memory_bytes as u128,
+                max.memory_bytes as u128,
+            )
+        })
+        .or_else(|| {
+            over(
+                "componentBytes",
+                self.component_bytes as u128,
+                max.component_bytes as u128,
+            )
+        })
+        .or_else(|| over("instances", self.instances.into(), max.instances.into()))
+    }
+}
+
+/// How the engine is set up, once per process.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// What a policy gets when it asks for nothing.
+    pub defaults: Limits,
+    /// The most any policy may ask for; the instance pool is sized for it.
+    pub maximum: Limits,
     /// Wasm stack per call, in bytes.
     pub stack_bytes: usize,
     /// Evaluations that may run at the same moment. The pooling allocator
     /// reserves this many instance slots up front; one more concurrent
     /// evaluation fails to instantiate (and gets the fallback verdict).
     pub concurrent_evaluations: u32,
+    /// Where compiled components are kept between processes. Only this
+    /// process should write there: a compiled component is native code and
+    /// is loaded without being checked again.
+    pub cache_dir: Option<PathBuf>,
 }
 
-impl Default for Limits {
+impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            deadline: Duration::from_millis(50),
-            memory_bytes: 32 << 20,
+            defaults: Limits::default(),
+            maximum: Limits::default_maximum(),
             stack_bytes: 512 << 10,
             concurrent_evaluations: 32,
+            cache_dir: None,
         }
     }
 }
@@ -61,34 +137,44 @@ struct Inner {
 struct Loader {
     engine: Engine,
     linker: Linker<HostState>,
-    limits: Limits,
-    deadline_ticks: u64,
-    cache: Mutex<HashMap<String, Arc<LoadedPolicy>>>,
+    config: EngineConfig,
+    tick: Duration,
+    compiled: Mutex<HashMap<String, InstancePre<HostState>>>,
+    /// Loaded policies by (digest, limits): what a second load returns.
+    loaded: Mutex<HashMap<(String, Limits), Arc<LoadedPolicy>>>,
+    /// `cache_dir/<engine fingerprint>`, when on-disk caching is on.
+    disk: Option<PathBuf>,
 }
 
 impl PolicyEngine {
     /// Builds the engine and loads the embedded default policy, so a broken
     /// build fails here, at startup, rather than at the first reconcile.
-    pub fn new(limits: Limits) -> anyhow::Result<Self> {
-        let engine = Engine::new(&engine_config(&limits))
+    pub fn new(config: EngineConfig) -> anyhow::Result<Self> {
+        if let Some(over) = config.defaults.exceeding(&config.maximum) {
+            anyhow::bail!("the default policy limits exceed the maximum: {over}");
+        }
+        let engine = Engine::new(&engine_config(&config))
             .map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
         let linker = sandbox::linker(&engine)
             .map_err(|e| anyhow::anyhow!("linking the WASI sandbox: {e:#}"))?;
-        let tick = epoch_tick(limits.deadline);
-        // One tick more than the deadline needs: the current epoch may be
-        // nearly over when an evaluation starts.
-        let deadline_ticks = limits.deadline.as_nanos().div_ceil(tick.as_nanos()) as u64 + 1;
+        let tick = epoch_tick(config.defaults.deadline);
         let ticker = start_ticker(engine.clone(), tick)?;
+        let disk = config
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(engine_fingerprint(&engine)));
 
         let loader = Loader {
             engine,
             linker,
-            limits,
-            deadline_ticks,
-            cache: Mutex::new(HashMap::new()),
+            tick,
+            compiled: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
+            disk,
+            config,
         };
         let default = loader
-            .load(embedded::DEFAULT_POLICY_WASM)
+            .load(embedded::DEFAULT_POLICY_WASM, &loader.config.defaults)
             .map_err(|e| anyhow::anyhow!("the embedded default policy: {e}"))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -99,10 +185,24 @@ impl PolicyEngine {
         })
     }
 
-    /// Compiles (or finds in the cache) and pre-instantiates a policy
-    /// component, then asks it to describe itself.
+    /// Compiles (or finds compiled) and pre-instantiates a policy component
+    /// under the default limits, then asks it to describe itself.
     pub fn load(&self, bytes: &[u8]) -> Result<Arc<LoadedPolicy>, PolicyError> {
-        self.inner.loader.load(bytes)
+        self.inner
+            .loader
+            .load(bytes, &self.inner.loader.config.defaults)
+    }
+
+    /// The same under `limits`, which must be within the maximum.
+    pub fn load_with(
+        &self,
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        if let Some(over) = limits.exceeding(&self.inner.loader.config.maximum) {
+            return Err(PolicyError::Load(format!("limits: {over}")));
+        }
+        self.inner.loader.load(bytes, limits)
     }
 
     pub fn load_file(&self, path: impl AsRef<Path>) -> Result<Arc<LoadedPolicy>, PolicyError> {
@@ -120,47 +220,132 @@ impl PolicyEngine {
         self.inner.default.clone()
     }
 
+    /// The limits a policy that asks for none runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.loader.limits
+        &self.inner.loader.config.defaults
+    }
+
+    pub fn maximum(&self) -> &Limits {
+        &self.inner.loader.config.maximum
     }
 }
 
+/// sha256 of a component's bytes, lowercase hex: the one name of a policy
+/// that cannot be spoofed.
+pub fn digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 impl Loader {
-    fn load(&self, bytes: &[u8]) -> Result<Arc<LoadedPolicy>, PolicyError> {
-        let digest = hex::encode(Sha256::digest(bytes));
-        if let Some(hit) = self.lock_cache().get(&digest) {
+    fn load(&self, bytes: &[u8], limits: &Limits) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        if bytes.len() > limits.component_bytes {
+            return Err(PolicyError::Load(format!(
+                "the component is {} bytes, above its limit of {} (componentBytes)",
+                bytes.len(),
+                limits.component_bytes
+            )));
+        }
+        let digest = digest(bytes);
+        let key = (digest.clone(), limits.clone());
+        if let Some(hit) = lock(&self.loaded).get(&key) {
             return Ok(hit.clone());
         }
-        if !is_component(bytes) {
-            return Err(PolicyError::Load(not_a_component(bytes)));
-        }
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| PolicyError::Load(format!("not a valid component: {}", wasm_error(&e))))?;
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| PolicyError::Load(wasm_error(&e)))?;
+        let pre = self.compiled(bytes, &digest)?;
+        let ticks = limits.deadline.as_nanos().div_ceil(self.tick.as_nanos()) as u64 + 1;
         let policy = Arc::new(LoadedPolicy::new(
             pre,
-            digest.clone(),
-            self.limits.clone(),
-            self.deadline_ticks,
+            digest,
+            limits.clone(),
+            // One tick more than the deadline needs: the current epoch may
+            // be nearly over when an evaluation starts.
+            ticks,
         )?);
-        // Once per component: which policy runs is told by its digest, the
-        // one name of it that cannot be spoofed.
+        // Once per component and limits: which policy runs is told by its
+        // digest, the one name of it that cannot be spoofed.
         tracing::info!(
             policy = %policy.info.name,
             version = %policy.info.version,
             digest = %policy.digest,
             "loaded a status policy"
         );
-        self.lock_cache().insert(digest, policy.clone());
+        lock(&self.loaded).insert(key, policy.clone());
         Ok(policy)
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LoadedPolicy>>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    /// The pre-instantiated component of these bytes: from memory, from the
+    /// disk cache, or compiled now (and then kept in both).
+    fn compiled(&self, bytes: &[u8], digest: &str) -> Result<InstancePre<HostState>, PolicyError> {
+        if let Some(hit) = lock(&self.compiled).get(digest) {
+            return Ok(hit.clone());
+        }
+        if !is_component(bytes) {
+            return Err(PolicyError::Load(not_a_component(bytes)));
+        }
+        let component = match self.read_cached(digest) {
+            Some(component) => component,
+            None => {
+                let component = Component::new(&self.engine, bytes).map_err(|e| {
+                    PolicyError::Load(format!("not a valid component: {}", wasm_error(&e)))
+                })?;
+                self.keep_cached(digest, &component);
+                component
+            }
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| PolicyError::Load(wasm_error(&e)))?;
+        lock(&self.compiled).insert(digest.to_owned(), pre.clone());
+        Ok(pre)
     }
+
+    fn read_cached(&self, digest: &str) -> Option<Component> {
+        let path = self.disk.as_ref()?.join(format!("{digest}.cwasm"));
+        if !path.is_file() {
+            return None;
+        }
+        // SAFETY: the file is native code this engine compiled and wrote
+        // into a directory only the operator writes (EngineConfig::cache_dir);
+        // wasmtime still checks that it was compiled for this engine.
+        match unsafe { Component::deserialize_file(&self.engine, &path) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %wasm_error(&e), "ignoring a compiled policy in the cache");
+                None
+            }
+        }
+    }
+
+    /// Best effort: a cache that cannot be written only costs a compile.
+    fn keep_cached(&self, digest: &str, component: &Component) {
+        let Some(dir) = &self.disk else { return };
+        let write = || -> std::io::Result<()> {
+            let bytes = component
+                .serialize()
+                .map_err(|e| std::io::Error::other(wasm_error(&e)))?;
+            std::fs::create_dir_all(dir)?;
+            let tmp = dir.join(format!(".{digest}.{}.tmp", std::process::id()));
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, dir.join(format!("{digest}.cwasm")))
+        };
+        if let Err(e) = write() {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not keep a compiled policy");
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Names the engine's code generation: a compiled component is reusable
+/// exactly by an engine with the same fingerprint (wasmtime version, target
+/// and every setting that changes code).
+fn engine_fingerprint(engine: &Engine) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// Bytes of each memory and table slot reset in place rather than madvised
@@ -169,21 +354,33 @@ impl Loader {
 /// evaluation did not write are not reset at all.
 const KEEP_RESIDENT: usize = 256 << 10;
 
-fn engine_config(limits: &Limits) -> Config {
-    let memory = (limits.memory_bytes as u64).next_multiple_of(64 << 10);
-    let slots = limits.concurrent_evaluations.max(1);
+/// Memories and tables one component may have, and the elements of its
+/// largest table. Measured: the default policy has 1 memory and 1 table; a
+/// Python policy (componentize-py 0.25, `--stub-wasi`) 1 memory and 2
+/// tables, the larger of 5,670 elements; a JavaScript one (componentize-js
+/// 0.23) 1 memory and 1 table of 7,688 elements. Twice that and more leaves
+/// room without reserving address space for nothing.
+const MEMORIES_PER_COMPONENT: u32 = 4;
+const TABLES_PER_COMPONENT: u32 = 8;
+const TABLE_ELEMENTS: usize = 20_000;
+
+fn engine_config(config: &EngineConfig) -> Config {
+    let max = &config.maximum;
+    let memory = (max.memory_bytes as u64).next_multiple_of(64 << 10);
+    let slots = config.concurrent_evaluations.max(1);
     let mut pool = PoolingAllocationConfig::default();
-    // A policy component is a handful of core instances (the module plus
-    // wit-component's shims); these bounds leave room without reserving
-    // address space for thousands of slots.
+    // Slots for `slots` evaluations at once. Most policies use a handful
+    // of instances, memories and tables; the totals leave room for every
+    // evaluation to be a large one, which costs address space, not memory.
     pool.total_component_instances(slots)
-        .total_core_instances(slots * 8)
-        .total_memories(slots * 2)
-        .total_tables(slots * 4)
+        .total_core_instances(slots * max.instances)
+        .total_memories(slots * MEMORIES_PER_COMPONENT)
+        .total_tables(slots * TABLES_PER_COMPONENT)
         .total_stacks(0)
-        .max_core_instances_per_component(16)
-        .max_memories_per_component(2)
-        .max_tables_per_component(8)
+        .max_core_instances_per_component(max.instances)
+        .max_memories_per_component(MEMORIES_PER_COMPONENT)
+        .max_tables_per_component(TABLES_PER_COMPONENT)
+        .table_elements(TABLE_ELEMENTS)
         // On slot reuse, memset the first KEEP_RESIDENT bytes instead of
         // madvising them away. madvise costs a syscall with a TLB shootdown,
         // and every page the next evaluation touches faults back in; that was
@@ -199,11 +396,10 @@ fn engine_config(limits: &Limits) -> Config {
         .pagemap_scan(Enabled::Auto)
         .max_memory_size(memory as usize);
 
-    let mut config = Config::new();
-    config
-        .wasm_component_model(true)
+    let mut wasm = Config::new();
+    wasm.wasm_component_model(true)
         .epoch_interruption(true)
-        .max_wasm_stack(limits.stack_bytes)
+        .max_wasm_stack(config.stack_bytes)
         .cranelift_opt_level(OptLevel::Speed)
         // Reserve only the capped size per memory slot (plus a guard for
         // constant offsets), so the pool costs slots × ~memory of address
@@ -213,7 +409,7 @@ fn engine_config(limits: &Limits) -> Config {
         .memory_reservation_for_growth(0)
         .memory_init_cow(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    config
+    wasm
 }
 
 /// Ticks often enough that a deadline is enforced within about a tenth of

@@ -75,6 +75,11 @@ impl LoadedPolicy {
         Ok(policy)
     }
 
+    /// The limits every call into this policy runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Asks the policy whether it accepts these settings (JSON text).
     pub fn validate_settings(&self, json: &str) -> Result<(), PolicyError> {
         self.call("validate-settings", |bindings, store| {
@@ -122,7 +127,7 @@ impl LoadedPolicy {
         name: &'static str,
         f: impl FnOnce(&StatusPolicy, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
-        let mut store = Store::new(self.pre.engine(), HostState::new(self.limits.memory_bytes));
+        let mut store = Store::new(self.pre.engine(), HostState::new(&self.limits));
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(self.deadline_ticks);
         let bindings = self

@@ -42,7 +42,7 @@ pub(super) struct HostState {
 }
 
 impl HostState {
-    pub(super) fn new(memory_bytes: usize) -> Self {
+    pub(super) fn new(limits: &super::Limits) -> Self {
         let stderr = CapturedOutput::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(CapturedOutput::default())
@@ -58,7 +58,7 @@ impl HostState {
         Self {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limiter: MemoryCap::new(memory_bytes),
+            limiter: MemoryCap::new(limits),
             stderr,
         }
     }
@@ -100,13 +100,13 @@ pub(super) struct MemoryCap {
 }
 
 impl MemoryCap {
-    fn new(memory_bytes: usize) -> Self {
+    fn new(limits: &super::Limits) -> Self {
         Self {
             limits: StoreLimitsBuilder::new()
-                .memory_size(memory_bytes)
-                .instances(64)
-                .tables(64)
-                .memories(16)
+                .memory_size(limits.memory_bytes)
+                .instances(limits.instances as usize)
+                .tables(256)
+                .memories(64)
                 .build(),
             refused: false,
         }

@@ -7,19 +7,16 @@
 //! or a real clock. Probing faults report what they got in the `Available`
 //! condition's message, for the test to assert on.
 //!
-//! It depends on `wit/` alone (through wit-bindgen), the way a policy written
-//! by someone else would.
+//! It is built with the SDK's component glue (`guest` feature), the way a
+//! policy written by a platform team would be, and uses nothing else of the
+//! host's.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "status-policy",
-});
-
-use exports::steward::status::policy::Guest;
-use steward::status::types::{
-    Condition, ConditionStatus, Observation, PolicyInfo, Probing, QuorumReadOutcome, Verdict,
+use steward_policy_sdk::guest::Policy;
+use steward_policy_sdk::{
+    Condition, ConditionStatus, Observation, PolicyInfo, ProbeOutcome, Probing, QuorumReadOutcome,
+    Verdict,
 };
 
 /// Evaluations this instance has served. The host gives every evaluation a
@@ -49,9 +46,9 @@ const FAULTS: &[&str] = &[
     "claim-verified",
 ];
 
-struct Chaos;
+pub struct Chaos;
 
-impl Guest for Chaos {
+impl Policy for Chaos {
     fn describe() -> PolicyInfo {
         PolicyInfo {
             name: "chaos".to_owned(),
@@ -76,8 +73,8 @@ impl Guest for Chaos {
         }
     }
 
-    fn validate_settings(settings: String) -> Result<(), String> {
-        Settings::parse(&settings).map(|_| ())
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        Settings::parse(settings).map(|_| ())
     }
 
     fn evaluate(observation: Observation) -> Verdict {
@@ -265,7 +262,7 @@ fn verdict(observation: &Observation, available: ConditionStatus, message: Strin
         Probing::Attempted(report) => report
             .endpoints
             .iter()
-            .filter(|p| matches!(p.outcome, steward::status::types::ProbeOutcome::Answered(_)))
+            .filter(|p| matches!(p.outcome, ProbeOutcome::Answered(_)))
             .count(),
         Probing::Skipped(_) => 0,
     };
@@ -309,4 +306,4 @@ fn hog_memory() -> ! {
     }
 }
 
-export!(Chaos);
+steward_policy_sdk::export_policy!(Chaos);

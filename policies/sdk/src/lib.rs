@@ -1,17 +1,22 @@
 //! Plain Rust types for the `steward:status@0.1.0` contract (`wit/status-policy.wit`).
 //!
-//! They mirror the WIT records one to one, and carry the serde shape used by
-//! observation and test-case YAML files (camelCase keys, unknown keys
-//! rejected). The host converts between these and its `wasmtime` bindings;
-//! a Rust policy converts between these and its `wit-bindgen` bindings, so
-//! its decision logic can be unit-tested and benchmarked natively.
+//! They mirror the WIT records one to one, and carry the serde shape of
+//! observation and test-case YAML files: every field camelCase, every enum
+//! and variant case PascalCase (`Steady`, `ScalingUp`, `{Answered: ...}`),
+//! member IDs as hex strings, settings as a mapping, unknown keys rejected.
+//! The host converts between these and its `wasmtime` bindings. A Rust
+//! policy implements [`guest::Policy`] over them (feature `guest`), so its
+//! decisions stay plain Rust, unit-tested and benchmarked natively.
 //!
 //! A policy written in another language needs none of this: `wit/` is the
-//! whole contract.
+//! whole contract (and `policies/python`, `policies/js` hold those SDKs).
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "guest")]
+pub mod guest;
 mod member_id;
+mod settings;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -19,7 +24,7 @@ pub mod testing;
 pub type TimestampMs = i64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum HostPhase {
     Bootstrapping,
     ScalingUp,
@@ -31,6 +36,7 @@ pub enum HostPhase {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterRef {
     #[serde(default)]
@@ -44,6 +50,7 @@ pub struct ClusterRef {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterSpec {
     pub desired_replicas: u32,
@@ -54,7 +61,7 @@ pub struct ClusterSpec {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum MemberRole {
     #[default]
     Voter,
@@ -62,7 +69,7 @@ pub enum MemberRole {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "PascalCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum PodPhase {
     #[default]
     Pending,
@@ -75,6 +82,7 @@ pub enum PodPhase {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Termination {
     pub reason: String,
@@ -84,6 +92,7 @@ pub struct Termination {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Member {
     pub name: String,
@@ -94,6 +103,7 @@ pub struct Member {
         with = "member_id::option",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "testing", schemars(with = "Option<member_id::Hex>"))]
     pub member_id: Option<u64>,
     #[serde(default)]
     pub endpoint: String,
@@ -112,7 +122,7 @@ pub struct Member {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum ProbeErrorKind {
     Timeout,
     Dns,
@@ -123,6 +133,7 @@ pub enum ProbeErrorKind {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProbeError {
     pub kind: ProbeErrorKind,
@@ -131,18 +142,22 @@ pub struct ProbeError {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum AlarmKind {
     Nospace,
     Corrupt,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointStatus {
     #[serde(with = "member_id")]
+    #[cfg_attr(feature = "testing", schemars(with = "member_id::Hex"))]
     pub member_id: u64,
+    /// `"0"` when the member knows of no leader.
     #[serde(default, with = "member_id")]
+    #[cfg_attr(feature = "testing", schemars(with = "member_id::Hex"))]
     pub leader_id: u64,
     #[serde(default)]
     pub raft_term: u64,
@@ -163,13 +178,14 @@ pub struct EndpointStatus {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum ProbeOutcome {
     Answered(EndpointStatus),
     Failed(ProbeError),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointProbe {
     pub member: String,
@@ -179,9 +195,11 @@ pub struct EndpointProbe {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EtcdMember {
     #[serde(with = "member_id")]
+    #[cfg_attr(feature = "testing", schemars(with = "member_id::Hex"))]
     pub id: u64,
     #[serde(default)]
     pub name: String,
@@ -194,7 +212,7 @@ pub struct EtcdMember {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum MemberListOutcome {
     Listed(Vec<EtcdMember>),
     Failed(ProbeError),
@@ -203,7 +221,7 @@ pub enum MemberListOutcome {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum QuorumReadOutcome {
     Succeeded,
     Failed(ProbeError),
@@ -212,6 +230,7 @@ pub enum QuorumReadOutcome {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProbeReport {
     #[serde(default)]
@@ -223,18 +242,72 @@ pub struct ProbeReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum Probing {
     Attempted(ProbeReport),
     /// The host could not probe at all; the text says why.
     Skipped(String),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Written `True`, `False` or `Unknown`. YAML 1.2 reads an unquoted `True`
+/// or `False` (and `true`, `false`) as a boolean, so an editor validating
+/// against the schema sees one: those four spellings are accepted, and no
+/// other (not YAML 1.1's `yes` or `on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum ConditionStatus {
     True,
     False,
     Unknown,
+}
+
+impl<'de> Deserialize<'de> for ConditionStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ConditionStatus;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("True, False or Unknown")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(if v {
+                    ConditionStatus::True
+                } else {
+                    ConditionStatus::False
+                })
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "True" | "true" => Ok(ConditionStatus::True),
+                    "False" | "false" => Ok(ConditionStatus::False),
+                    "Unknown" => Ok(ConditionStatus::Unknown),
+                    other => Err(E::unknown_variant(other, &["True", "False", "Unknown"])),
+                }
+            }
+        }
+        // As text, so the YAML reader hands over the scalar as written
+        // rather than its own idea of a boolean.
+        d.deserialize_str(Visitor)
+    }
+}
+
+#[cfg(feature = "testing")]
+impl schemars::JsonSchema for ConditionStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ConditionStatus".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "True, False or Unknown (YAML reads unquoted True/False as booleans; both are accepted)",
+            "anyOf": [
+                {"type": "string", "enum": ["True", "False", "Unknown"]},
+                {"type": "boolean"}
+            ]
+        })
+    }
 }
 
 impl ConditionStatus {
@@ -254,6 +327,7 @@ impl std::fmt::Display for ConditionStatus {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PreviousCondition {
     #[serde(rename = "type")]
@@ -266,6 +340,7 @@ pub struct PreviousCondition {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct History {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -277,6 +352,7 @@ pub struct History {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Observation {
     #[serde(default)]
@@ -290,16 +366,18 @@ pub struct Observation {
     #[serde(default)]
     pub history: History,
     pub now: TimestampMs,
-    /// JSON text; "{}" when the cluster sets none.
-    #[serde(default = "empty_settings")]
+    /// The cluster's settings for its policy, as JSON text ("{}" when it
+    /// sets none). Files write them as a YAML mapping.
+    #[serde(default = "settings::empty", with = "settings")]
+    #[cfg_attr(
+        feature = "testing",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub settings: String,
 }
 
-fn empty_settings() -> String {
-    "{}".to_owned()
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Condition {
     #[serde(rename = "type")]
@@ -327,12 +405,14 @@ impl Condition {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 pub enum EventType {
     Normal,
     Warning,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Event {
     #[serde(rename = "type")]
@@ -342,6 +422,7 @@ pub struct Event {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Verdict {
     pub conditions: Vec<Condition>,
@@ -361,6 +442,7 @@ impl Verdict {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyInfo {
     pub name: String,
@@ -368,6 +450,23 @@ pub struct PolicyInfo {
     pub condition_types: Vec<String>,
     /// JSON Schema, as text.
     pub settings_schema: String,
+}
+
+/// Exports a `guest::Policy` as the component's `steward:status/policy`
+/// interface. Call it once, at the crate root. It does nothing outside
+/// wasm32 (where the `guest` feature need not be on), so the same crate also
+/// builds natively for tests.
+#[macro_export]
+macro_rules! export_policy {
+    ($policy:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            type StewardExportedPolicy = $crate::guest::Exported<$policy>;
+            $crate::guest::bindings::export!(
+                StewardExportedPolicy with_types_in $crate::guest::bindings
+            );
+        };
+    };
 }
 
 /// Voters needed for a quorum among `voters` voting members.

@@ -7,12 +7,13 @@
 //! ```yaml
 //! cases:
 //!   - name: all three voters answer and agree on the leader
-//!     settings: {staleAfterSeconds: 30}   # optional; becomes observation.settings
-//!     observation: { ... }                # the Observation shape, camelCase
+//!     settings: {staleAfterSeconds: 30}   # optional mapping; replaces observation.settings
+//!     observation: { ... }                # the Observation shape (fields camelCase,
+//!                                         # enum and variant cases PascalCase)
 //!     expect:
 //!       conditions:                       # subset: each listed type must match
-//!         - {type: Available, status: "True", reason: QuorumHealthy}
-//!         - {type: Degraded, status: "False", messageContains: "all 3"}
+//!         - {type: Available, status: True, reason: QuorumHealthy}
+//!         - {type: Degraded, status: False, messageContains: "all 3"}
 //!       readyMembers: 3                   # optional
 //!       verified: true                    # optional
 //!   - name: a zero staleness window is refused
@@ -28,6 +29,9 @@
 //! own PolicyFailed verdict). So a case whose settings are rejected fails
 //! unless it expects `settingsRejected`, and such a case expects nothing of
 //! a verdict.
+//!
+//! docs/writing-policies.md documents every field; [`case_file_schema`] is
+//! the same format as a JSON Schema.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -37,44 +41,56 @@ use serde::Deserialize;
 use crate::{ConditionStatus, EventType, Observation, Verdict};
 
 /// One YAML file of cases.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CaseFile {
     /// Where the cases were read from (not part of the YAML).
     #[serde(skip)]
     pub path: PathBuf,
+    /// At least one case.
     pub cases: Vec<Case>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Case {
+    /// Unique in its file; `--run REGEX` selects cases by it.
     pub name: String,
     /// The policy settings for this case, written as a YAML mapping. They
     /// replace `observation.settings` when given.
     #[serde(default)]
     pub settings: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What the host hands the policy.
     pub observation: Observation,
+    /// What the policy must make of it.
     pub expect: Expectation,
 }
 
 /// What a verdict must show. Everything is optional; conditions match as a
 /// subset (types not listed are not checked).
-#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Expectation {
+    /// Conditions the verdict must hold (types not listed are not checked).
     #[serde(default)]
     pub conditions: Vec<ExpectedCondition>,
+    /// The verdict's readyMembers, exactly.
     #[serde(default)]
     pub ready_members: Option<u32>,
+    /// Whether the verdict claims that etcd verified the cluster.
     #[serde(default)]
     pub verified: Option<bool>,
     /// `null` expects no hint; a number expects exactly that hint.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Option<u32>")]
     pub requeue_after_ms: Option<Option<u32>>,
     /// Events that must be among the verdict's events (subset, in any order).
     #[serde(default)]
     pub events: Vec<ExpectedEvent>,
+    /// The verdict holds no condition and no event beyond those listed
+    /// (`events: []` then means none at all).
+    #[serde(default)]
+    pub exhaustive: bool,
     /// The policy's `validate-settings` must reject the case's settings.
     #[serde(default)]
     pub settings_rejected: Option<ExpectedRejection>,
@@ -88,13 +104,17 @@ impl Expectation {
             || self.verified.is_some()
             || self.requeue_after_ms.is_some()
             || !self.events.is_empty()
+            || self.exhaustive
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExpectedRejection {
-    /// A part of validate-settings' message; any message when absent.
+    /// validate-settings' whole message, exactly.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// A part of validate-settings' message. With neither, any message.
     #[serde(default)]
     pub message_contains: Option<String>,
 }
@@ -125,7 +145,7 @@ impl Outcome {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExpectedCondition {
     #[serde(rename = "type")]
@@ -133,16 +153,24 @@ pub struct ExpectedCondition {
     pub status: ConditionStatus,
     #[serde(default)]
     pub reason: Option<String>,
+    /// The whole message, exactly.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// A part of the message.
     #[serde(default)]
     pub message_contains: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExpectedEvent {
     #[serde(rename = "type")]
     pub type_: EventType,
     pub reason: String,
+    /// The whole message, exactly.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// A part of the message.
     #[serde(default)]
     pub message_contains: Option<String>,
 }
@@ -198,14 +226,28 @@ fn mismatch(field: String, expected: impl fmt::Display, actual: impl fmt::Displa
 /// the case passed.
 pub fn check_outcome(expect: &Expectation, outcome: &Outcome) -> Vec<Mismatch> {
     match (&expect.settings_rejected, outcome) {
-        (Some(want), Outcome::SettingsRejected(message)) => match &want.message_contains {
-            Some(part) if !message.contains(part.as_str()) => vec![mismatch(
-                "settingsRejected.message".into(),
-                format_args!("to contain {part:?}"),
-                format_args!("{message:?}"),
-            )],
-            _ => Vec::new(),
-        },
+        (Some(want), Outcome::SettingsRejected(message)) => {
+            let mut out = Vec::new();
+            if let Some(whole) = &want.message
+                && message != whole
+            {
+                out.push(mismatch(
+                    "settingsRejected.message".into(),
+                    format_args!("{whole:?}"),
+                    format_args!("{message:?}"),
+                ));
+            }
+            if let Some(part) = &want.message_contains
+                && !message.contains(part.as_str())
+            {
+                out.push(mismatch(
+                    "settingsRejected.message".into(),
+                    format_args!("to contain {part:?}"),
+                    format_args!("{message:?}"),
+                ));
+            }
+            out
+        }
         (Some(_), Outcome::Evaluated(_)) => vec![mismatch(
             "settingsRejected".into(),
             "validate-settings to reject the settings",
@@ -256,6 +298,15 @@ pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
                 format_args!("{} ({:?})", got.reason, got.message),
             ));
         }
+        if let Some(whole) = &want.message
+            && &got.message != whole
+        {
+            out.push(mismatch(
+                format!("{}.message", want.type_),
+                format_args!("{whole:?}"),
+                format_args!("{:?}", got.message),
+            ));
+        }
         if let Some(part) = &want.message_contains
             && !got.message.contains(part.as_str())
         {
@@ -295,6 +346,10 @@ pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
             e.type_ == want.type_
                 && e.reason == want.reason
                 && want
+                    .message
+                    .as_ref()
+                    .is_none_or(|whole| &e.message == whole)
+                && want
                     .message_contains
                     .as_ref()
                     .is_none_or(|part| e.message.contains(part.as_str()))
@@ -308,9 +363,12 @@ pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
             out.push(mismatch(
                 "events".into(),
                 format_args!(
-                    "a {:?} event {}{}",
+                    "a {:?} event {}{}{}",
                     want.type_,
                     want.reason,
+                    want.message
+                        .as_ref()
+                        .map_or(String::new(), |m| format!(" saying {m:?}")),
                     want.message_contains
                         .as_ref()
                         .map_or(String::new(), |p| format!(" containing {p:?}"))
@@ -321,6 +379,30 @@ pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
                     got.join("; ")
                 },
             ));
+        }
+    }
+    if expect.exhaustive {
+        for c in &verdict.conditions {
+            if !expect.conditions.iter().any(|w| w.type_ == c.type_) {
+                out.push(mismatch(
+                    "conditions".into(),
+                    "only the listed types (exhaustive)",
+                    format_args!("also {} {} ({})", c.type_, c.status, c.reason),
+                ));
+            }
+        }
+        for e in &verdict.events {
+            if !expect
+                .events
+                .iter()
+                .any(|w| w.type_ == e.type_ && w.reason == e.reason)
+            {
+                out.push(mismatch(
+                    "events".into(),
+                    "only the listed events (exhaustive)",
+                    format_args!("also a {:?} event {}: {:?}", e.type_, e.reason, e.message),
+                ));
+            }
         }
     }
     out
@@ -401,6 +483,25 @@ fn read(path: &Path) -> Result<String, CaseFileError> {
     })
 }
 
+/// The JSON Schema of a case file, for editors and CI (`etcd-steward policy
+/// schema`). It states the shape; [`load_case_file`] also checks what a
+/// schema cannot (unique names, expectations that go together).
+pub fn case_file_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(CaseFile))
+        .expect("a JSON Schema always serializes");
+    if let Some(object) = schema.as_object_mut() {
+        object.insert(
+            "$id".into(),
+            "https://etcd.steward.dev/schemas/policy-cases-v1alpha1.json".into(),
+        );
+        object.insert(
+            "title".into(),
+            "etcd-steward policy test cases (steward:status@0.1.0)".into(),
+        );
+    }
+    schema
+}
+
 /// Reads one case file.
 pub fn load_case_file(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
     let path = path.as_ref();
@@ -426,8 +527,8 @@ pub fn load_case_file(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError>
         if case.expect.settings_rejected.is_some() && case.expect.expects_a_verdict() {
             return Err(invalid(format!(
                 "cases[{i}] ({:?}): expect.settingsRejected cannot be combined with verdict \
-                 expectations (conditions, readyMembers, verified, requeueAfterMs, events): \
-                 rejected settings are never evaluated",
+                 expectations (conditions, readyMembers, verified, requeueAfterMs, events, \
+                 exhaustive): rejected settings are never evaluated",
                 case.name
             )));
         }

@@ -1,4 +1,4 @@
-//! `etcd-steward policy test|eval|inspect`: a policy author's tools.
+//! `etcd-steward policy new|test|schema|eval|inspect`: a policy author's tools.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,14 +9,20 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 use steward_policy_sdk::Observation;
 
-use crate::policy::{Limits, LoadedPolicy, PolicyEngine};
+use crate::policy::{EngineConfig, LoadedPolicy, PolicyEngine};
 
+pub mod new;
 mod test;
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
+    /// Write a new policy project (Rust, Python or JavaScript) that builds
+    /// and passes `policy test` as generated.
+    New(NewArgs),
     /// Run YAML test cases against a policy.
     Test(TestArgs),
+    /// Print the JSON Schema of the YAML test-case files, for editors and CI.
+    Schema,
     /// Evaluate one observation and print the verdict.
     Eval(EvalArgs),
     /// Print what a policy component says about itself, and its digest.
@@ -28,6 +34,34 @@ pub struct PolicySelection {
     /// The policy component (.wasm); the built-in default policy if omitted.
     #[arg(long, value_name = "FILE.wasm")]
     pub policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// Keep compiled components here, keyed by their digest and this
+    /// build's compiler settings, so a second run does not compile again
+    /// [default: $XDG_CACHE_HOME/etcd-steward/compiled, or ~/.cache/...].
+    #[arg(long, env = "ETCD_STEWARD_POLICY_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile every time; read and write no cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+impl CacheArgs {
+    fn dir(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        self.cache_dir.clone().or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+            Some(base.join("etcd-steward/compiled"))
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -48,6 +82,19 @@ pub struct TestArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The language to write the policy in.
+    #[arg(long, value_enum)]
+    pub lang: new::Lang,
+    /// The policy's name: lowercase letters, digits and dashes.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Where to create the NAME directory.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
 pub struct EvalArgs {
     #[command(flatten)]
     pub selection: PolicySelection,
@@ -65,6 +112,8 @@ pub struct InspectArgs {
     pub file: PathBuf,
     #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
     pub output: Format,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -75,14 +124,27 @@ pub enum Format {
 
 pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
+        PolicyCommand::New(args) => {
+            let root = new::scaffold(args.lang, &args.name, &args.dir)?;
+            print!("{}", new::summary(args.lang, &args.name, &root));
+            Ok(ExitCode::SUCCESS)
+        }
         PolicyCommand::Test(args) => test(args),
+        PolicyCommand::Schema => {
+            let schema = steward_policy_sdk::testing::case_file_schema();
+            println!("{}", serde_json::to_string_pretty(&schema)?);
+            Ok(ExitCode::SUCCESS)
+        }
         PolicyCommand::Eval(args) => eval(args),
         PolicyCommand::Inspect(args) => inspect(args),
     }
 }
 
-fn engine() -> anyhow::Result<PolicyEngine> {
-    PolicyEngine::new(Limits::default())
+fn engine(cache: &CacheArgs) -> anyhow::Result<PolicyEngine> {
+    PolicyEngine::new(EngineConfig {
+        cache_dir: cache.dir(),
+        ..EngineConfig::default()
+    })
 }
 
 fn select(engine: &PolicyEngine, selection: &PolicySelection) -> anyhow::Result<Arc<LoadedPolicy>> {
@@ -94,14 +156,14 @@ fn select(engine: &PolicyEngine, selection: &PolicySelection) -> anyhow::Result<
 
 fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     let files = test::load(&args.paths)?;
-    let engine = engine()?;
+    let engine = engine(&args.selection.cache)?;
     let policy = select(&engine, &args.selection)?;
     test::run(&policy, &files, args.run.as_ref(), args.format)
 }
 
 fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let observation: Observation = steward_policy_sdk::testing::load_observation(&args.input)?;
-    let engine = engine()?;
+    let engine = engine(&args.selection.cache)?;
     let policy = select(&engine, &args.selection)?;
     policy
         .validate_settings(&observation.settings)
@@ -132,7 +194,7 @@ struct Inspection {
 }
 
 fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let engine = engine()?;
+    let engine = engine(&args.cache)?;
     let policy = engine.load_file(&args.file)?;
     let info = &policy.info;
     let inspection = Inspection {

@@ -2,7 +2,7 @@ use super::*;
 
 const MINIMAL_OBSERVATION: &str = "
       spec: {desiredReplicas: 1}
-      probing: {skipped: no TLS secret}
+      probing: {Skipped: no TLS secret}
       now: 1000";
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
@@ -36,12 +36,12 @@ fn reads_a_full_case() {
       members:
         - {name: etcd-a, podPhase: Running, podReady: true, memberId: 8e9e05c52164694d}
       probing:
-        attempted:
+        Attempted:
           endpoints:
             - member: etcd-a
-              outcome: {answered: {memberId: 8e9e05c52164694d, leaderId: 8e9e05c52164694d, alarms: [NOSPACE]}}
-          memberList: notAttempted
-          quorumRead: succeeded
+              outcome: {Answered: {memberId: 8e9e05c52164694d, leaderId: 8e9e05c52164694d, alarms: [Nospace]}}
+          memberList: NotAttempted
+          quorumRead: Succeeded
       history:
         previousConditions:
           - {type: Available, status: True, reason: QuorumHealthy, since: 5}
@@ -96,6 +96,8 @@ fn condition_status_reads_quoted_and_unquoted() {
         ("False", ConditionStatus::False),
         ("\"False\"", ConditionStatus::False),
         ("Unknown", ConditionStatus::Unknown),
+        ("true", ConditionStatus::True),
+        ("false", ConditionStatus::False),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let text = one_case(&format!(
@@ -111,13 +113,24 @@ fn condition_status_reads_quoted_and_unquoted() {
 }
 
 #[test]
+fn a_condition_status_that_is_no_status_is_refused() {
+    for yaml in ["\"TRUE\"", "Maybe", "yes", "1"] {
+        let text = one_case(&format!(
+            "      conditions:\n        - {{type: Available, status: {yaml}}}"
+        ));
+        let (_, err) = parse_error(&text);
+        assert!(err.to_string().contains("True, False"), "{yaml}: {err}");
+    }
+}
+
+#[test]
 fn observation_settings_stay_when_the_case_sets_none() {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "cases:\n  - name: c\n    observation:{MINIMAL_OBSERVATION}\n      settings: '{{\"x\": 1}}'\n    expect: {{}}\n"
+        "cases:\n  - name: c\n    observation:{MINIMAL_OBSERVATION}\n      settings: {{x: 1}}\n    expect: {{}}\n"
     );
     let file = load_case_file(write(&dir, "s.yaml", &text)).unwrap();
-    assert_eq!(file.cases[0].observation().settings, r#"{"x": 1}"#);
+    assert_eq!(file.cases[0].observation().settings, r#"{"x":1}"#);
 }
 
 #[test]
@@ -152,7 +165,7 @@ fn bad_enum_value_names_field() {
     let (path, err) = parse_error(&text);
     let shown = err.to_string();
     assert!(
-        shown.starts_with(&format!("{path}:9:37: ")),
+        shown.starts_with(&format!("{path}:9:")),
         "line of the bad value: {shown}"
     );
     assert!(
@@ -185,7 +198,7 @@ fn error_deep_in_the_observation_names_the_path() {
       spec: {desiredReplicas: 1}
       members:
         - {name: a, podPhase: Sleeping}
-      probing: {skipped: x}
+      probing: {Skipped: x}
       now: 1
     expect: {}
 ";
@@ -284,12 +297,14 @@ fn check_passes_a_matching_subset() {
             type_: "Available".into(),
             status: ConditionStatus::False,
             reason: Some("QuorumLost".into()),
+            message: None,
             message_contains: Some("1 of".into()),
         }],
         ready_members: Some(1),
         verified: Some(false),
         requeue_after_ms: Some(Some(5000)),
         events: vec![],
+        exhaustive: false,
         settings_rejected: None,
     };
     assert_eq!(check(&expect, &verdict()), vec![]);
@@ -303,12 +318,14 @@ fn check_reports_every_difference_readably() {
                 type_: "Available".into(),
                 status: ConditionStatus::True,
                 reason: Some("QuorumHealthy".into()),
+                message: None,
                 message_contains: Some("3 of 3".into()),
             },
             ExpectedCondition {
                 type_: "Progressing".into(),
                 status: ConditionStatus::False,
                 reason: None,
+                message: None,
                 message_contains: None,
             },
         ],
@@ -318,8 +335,10 @@ fn check_reports_every_difference_readably() {
         events: vec![ExpectedEvent {
             type_: EventType::Warning,
             reason: "InvalidSettings".into(),
+            message: None,
             message_contains: None,
         }],
+        exhaustive: false,
         settings_rejected: None,
     };
     let shown: Vec<String> = check(&expect, &verdict())
@@ -412,4 +431,115 @@ fn a_rejection_case_cannot_also_expect_a_verdict() {
         "{shown}"
     );
     assert!(shown.contains("\"both\""), "{shown}");
+}
+
+#[test]
+fn exhaustive_refuses_conditions_and_events_not_listed() {
+    let expect = Expectation {
+        conditions: vec![ExpectedCondition {
+            type_: "Available".into(),
+            status: ConditionStatus::False,
+            reason: None,
+            message: Some("1 of 3".into()),
+            message_contains: None,
+        }],
+        exhaustive: true,
+        ..Expectation::default()
+    };
+    let mut v = verdict();
+    v.events.push(crate::Event {
+        type_: EventType::Normal,
+        reason: "Extra".into(),
+        message: "m".into(),
+    });
+    let shown: Vec<String> = check(&expect, &v).iter().map(|m| m.to_string()).collect();
+    assert_eq!(
+        shown,
+        [
+            "conditions: expected only the listed types (exhaustive), got also Degraded True (MembersUnhealthy)",
+            "events: expected only the listed events (exhaustive), got also a Normal event Extra: \"m\"",
+        ]
+    );
+}
+
+#[test]
+fn an_exact_message_must_match_whole() {
+    let expect = Expectation {
+        conditions: vec![ExpectedCondition {
+            type_: "Available".into(),
+            status: ConditionStatus::False,
+            reason: None,
+            message: Some("1 of".into()),
+            message_contains: None,
+        }],
+        ..Expectation::default()
+    };
+    let shown: Vec<String> = check(&expect, &verdict())
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(
+        shown,
+        ["Available.message: expected \"1 of\", got \"1 of 3\""]
+    );
+}
+
+#[test]
+fn a_member_id_given_as_a_yaml_number_is_refused() {
+    let (_, err) = parse_error(
+        "cases:\n  - name: c\n    observation:\n      spec: {desiredReplicas: 1}\n      \
+         members: [{name: a, memberId: 10}]\n      probing: {Skipped: x}\n      now: 0\n    expect: {}\n",
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("cases[0].observation.members[0].memberId"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"write "10" if those are hex digits, or "a" for the number 10"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn observation_settings_are_a_mapping_handed_over_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "obs.yaml",
+        "spec: {desiredReplicas: 1}\nprobing: {Skipped: x}\nnow: 0\nsettings: {a: 1, b: [true]}\n",
+    );
+    let obs = load_observation(&path).unwrap();
+    let settings: serde_json::Value = serde_json::from_str(&obs.settings).unwrap();
+    assert_eq!(settings, serde_json::json!({"a": 1, "b": [true]}));
+    // And back: a mapping again, not JSON text in a string.
+    let yaml = serde_saphyr::to_string(&obs).unwrap();
+    assert!(yaml.contains("settings:") && !yaml.contains("'{"), "{yaml}");
+
+    let text =
+        "spec: {desiredReplicas: 1}\nprobing: {Skipped: x}\nnow: 0\nsettings: '{\"a\": 1}'\n";
+    let path = write(&dir, "text.yaml", text);
+    let err = load_observation(&path).unwrap_err().to_string();
+    assert!(err.contains("settings"), "JSON text is refused: {err}");
+}
+
+#[test]
+fn enum_values_and_variant_cases_are_pascal_case_only() {
+    for (old, field) in [
+        ("phase: steady", "phase"),
+        ("probing: {skipped: x}", "probing"),
+    ] {
+        let text = format!(
+            "spec: {{desiredReplicas: 1}}\nnow: 0\n{old}\n{}",
+            if field == "probing" {
+                ""
+            } else {
+                "probing: {Skipped: x}\n"
+            }
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, "old.yaml", &text);
+        let err = load_observation(&path).unwrap_err().to_string();
+        assert!(err.contains(field), "{old}: {err}");
+    }
 }
