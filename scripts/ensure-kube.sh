@@ -4,7 +4,9 @@
 # kubectl (one multi-call binary, `kube`, with a symlink per name), etcd (the
 # release k8s.io/kubernetes pins), helm, and steward-status (kstatus and
 # Argo CD's Lua health checks, for reading statuses as Flux and Argo do;
-# tests/kube/cmd/status). Built once from tests/kube's Go
+# tests/kube/cmd/status), and, for policies shipped as OCI artifacts, the
+# CNCF distribution `registry` and the `oras` client (tests/testbed's
+# registry.rs runs them). Built once from tests/kube's Go
 # module into the cache, keyed by a hash of that module (go.mod, go.sum and
 # its sources, and this script), so a fresh clone with the same module reuses them.
 # KUBE_BIN_DIR points it at binaries you already have instead (a distro's or
@@ -25,7 +27,8 @@ fi
 key=$(cat go.mod go.sum $(find cmd -name '*.go' | sort) "$self" | sha256sum | cut -c1-16)
 root="${ETCD_STEWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-steward}"
 out="$root/kube-$key"
-if [ -x "$out/kube" ] && [ -x "$out/etcd" ] && [ -x "$out/helm" ] && [ -x "$out/steward-status" ]; then
+if [ -x "$out/kube" ] && [ -x "$out/etcd" ] && [ -x "$out/helm" ] && [ -x "$out/steward-status" ] \
+  && [ -x "$out/registry" ] && [ -x "$out/oras" ]; then
   echo "$out"; exit 0
 fi
 
@@ -40,7 +43,7 @@ ldflags="-s -w -X $pkg.gitVersion=v$kver -X $pkg.gitMajor=$major -X $pkg.gitMino
 tmp="$out.part.$$"; trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
 say() { echo "ensure-kube: $*" >&2; }
-say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, helm and steward-status from tests/kube into $out"
+say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, helm, steward-status, registry and oras from tests/kube into $out"
 say "the first build compiles Kubernetes from source and takes about 11 minutes on 2 cores (docs/benchmarks.md); later runs reuse it"
 export CGO_ENABLED=0
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube" ./cmd/kube
@@ -48,6 +51,9 @@ go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd
 go build -trimpath -ldflags "-s -w" -o "$tmp/steward-status" ./cmd/status
 hver=$(sed -n 's#^\s*helm.sh/helm/v4 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$hver" -o "$tmp/helm" helm.sh/helm/v4/cmd/helm
+rver=$(sed -n 's#^\s*github.com/distribution/distribution/v3 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
+go build -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$rver" -o "$tmp/registry" github.com/distribution/distribution/v3/cmd/registry
+go build -trimpath -ldflags "-s -w" -o "$tmp/oras" oras.land/oras/cmd/oras
 for b in "${need[@]}"; do ln -s kube "$tmp/$b"; done
 rm -rf "$out"; mv "$tmp" "$out"
 "$out/kube-apiserver" --version >&2

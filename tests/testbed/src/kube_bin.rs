@@ -1,6 +1,7 @@
 //! Finding the Kubernetes binaries: kube-apiserver, kube-controller-manager,
-//! kube-scheduler and kubectl, plus the control plane's own etcd, helm and
-//! steward-status (the real status consumers, see `status_consumers`).
+//! kube-scheduler and kubectl, plus the control plane's own etcd, helm,
+//! steward-status (the real status consumers, see `status_consumers`), and
+//! an OCI registry with its client (see `registry`).
 //!
 //! The order matches `scripts/ensure-kube.sh`: a directory handed down by the
 //! test command (`ETCD_STEWARD_KUBE_DIR`), then the script itself, which
@@ -28,6 +29,10 @@ pub struct KubeBinaries {
     /// kstatus and Argo CD's Lua health checks (tests/kube/cmd/status);
     /// only our build has it.
     pub status: Option<PathBuf>,
+    /// The CNCF distribution registry and the oras client, for policies
+    /// shipped as OCI artifacts; only our build has them.
+    pub registry: Option<PathBuf>,
+    pub oras: Option<PathBuf>,
 }
 
 impl KubeBinaries {
@@ -49,6 +54,8 @@ impl KubeBinaries {
             etcd: optional("etcd"),
             helm: optional("helm"),
             status: optional("steward-status"),
+            registry: optional("registry"),
+            oras: optional("oras"),
         })
     }
 }

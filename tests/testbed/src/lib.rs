@@ -13,7 +13,9 @@ pub mod kube_bin;
 pub mod kubelet;
 pub mod namespace;
 pub mod pki;
+pub mod registry;
 pub mod repo;
+pub mod sdk_examples;
 pub mod status_consumers;
 
 pub use control_plane::{ControlPlane, run_control_plane_only};
