@@ -14,7 +14,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::EtcdMember;
+use crate::api::{EtcdMember, EtcdStatusPolicy};
 use crate::etcd::EtcdApi;
 use crate::metrics::Metrics;
 use crate::policy::{Policies, PolicyEngine};
@@ -45,6 +45,9 @@ pub struct OperatorConfig {
     /// is recreated at once (the anchor's #368 outage must close fast).
     pub recreate_backoff: Duration,
     pub max_recreate_backoff: Duration,
+    /// Where EtcdStatusPolicy ConfigMaps and pull Secrets live: the
+    /// operator's own namespace.
+    pub policy_namespace: String,
 }
 
 impl Default for OperatorConfig {
@@ -59,6 +62,7 @@ impl Default for OperatorConfig {
             crash_loop_threshold: 5,
             recreate_backoff: Duration::from_secs(1),
             max_recreate_backoff: Duration::from_secs(60),
+            policy_namespace: "etcd-steward-system".into(),
         }
     }
 }
@@ -71,6 +75,8 @@ pub struct Stores {
     /// The cluster's own children, to skip applying what is as desired.
     pub services: Store<Service>,
     pub pdbs: Store<PodDisruptionBudget>,
+    /// Which EtcdStatusPolicies exist (cluster-scoped, all of them).
+    pub status_policies: Store<EtcdStatusPolicy>,
 }
 
 /// A watch cache of `api`, its task pushed onto `tasks`.
@@ -231,10 +237,16 @@ impl Context {
         let pods = cache(api_for(&client, scope), managed(), &mut caches);
         let services = cache(api_for(&client, scope), managed(), &mut caches);
         let pdbs = cache(api_for(&client, scope), managed(), &mut caches);
+        let status_policies = cache(
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            &mut caches,
+        );
         members.wait_until_ready().await?;
         pods.wait_until_ready().await?;
         services.wait_until_ready().await?;
         pdbs.wait_until_ready().await?;
+        status_policies.wait_until_ready().await?;
 
         let reporter = Reporter {
             controller: "etcd-steward".into(),
@@ -250,6 +262,7 @@ impl Context {
                 pods,
                 services,
                 pdbs,
+                status_policies,
             },
             config,
             metrics,
@@ -273,6 +286,7 @@ impl Context {
         let (pods, pods_writer) = reflector::store::<Pod>();
         let (services, services_writer) = reflector::store::<Service>();
         let (pdbs, pdbs_writer) = reflector::store::<PodDisruptionBudget>();
+        let (status_policies, status_policies_writer) = reflector::store::<EtcdStatusPolicy>();
         let reporter = Reporter {
             controller: "etcd-steward-test".into(),
             instance: None,
@@ -287,6 +301,7 @@ impl Context {
                 pods,
                 services,
                 pdbs,
+                status_policies,
             },
             config,
             metrics: Arc::default(),
@@ -302,6 +317,7 @@ impl Context {
                 pods: pods_writer,
                 services: services_writer,
                 pdbs: pdbs_writer,
+                status_policies: status_policies_writer,
             },
         )
     }
@@ -313,6 +329,7 @@ pub struct StoreWriters {
     pub pods: reflector::store::Writer<Pod>,
     pub services: reflector::store::Writer<Service>,
     pub pdbs: reflector::store::Writer<PodDisruptionBudget>,
+    pub status_policies: reflector::store::Writer<EtcdStatusPolicy>,
 }
 
 impl Drop for Context {

@@ -1,21 +1,24 @@
-//! Wiring: the two kube-runtime Controllers (EtcdCluster and EtcdMember),
-//! what each watches, and what triggers a reconcile. The reconciles
-//! themselves are [`crate::cluster`] and [`crate::member`].
+//! Wiring: the three kube-runtime Controllers (EtcdCluster, EtcdMember and
+//! EtcdStatusPolicy), what each watches, and what triggers a reconcile. The
+//! reconciles themselves are [`crate::cluster`], [`crate::member`] and
+//! [`crate::status_policy`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 
-use crate::api::{EtcdCluster, EtcdMember};
+use crate::api::{EtcdCluster, EtcdMember, EtcdStatusPolicy};
 use crate::context::{Context, Scope, api_for, managed};
 use crate::error::Error;
+use crate::status_policy::{PolicyContext, reconcile_policy, selects};
 
 fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.count_error(err.metric_label());
@@ -23,7 +26,31 @@ fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(2))
 }
 
-/// Runs both controllers on `ctx` until `shutdown` resolves.
+fn policy_error_policy(
+    _obj: Arc<EtcdStatusPolicy>,
+    err: &Error,
+    ctx: Arc<PolicyContext>,
+) -> Action {
+    ctx.ctx.metrics.count_error(err.metric_label());
+    tracing::warn!(error = %err, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The policies whose source is this ConfigMap or whose pull Secret this is.
+fn policies_using(
+    store: &Store<EtcdStatusPolicy>,
+    object: &str,
+    uses: fn(&EtcdStatusPolicy) -> Option<&str>,
+) -> Vec<ObjectRef<EtcdStatusPolicy>> {
+    store
+        .state()
+        .iter()
+        .filter(|p| uses(p) == Some(object))
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Runs the controllers on `ctx` until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
     scope: &Scope,
@@ -73,7 +100,63 @@ pub async fn run(
             }
         }
     };
-    let cluster_ctl = Controller::for_stream(clusters, clusters_store)
+    // Policies: their ConfigMaps and pull Secrets are watched by metadata
+    // only (the reconcile reads the one it needs), so no Secret data flows
+    // through this process unless a policy names it.
+    let policy_ns = ctx.config.policy_namespace.clone();
+    let pctx = Arc::new(PolicyContext {
+        ctx: ctx.clone(),
+        clusters: clusters_store.clone(),
+        namespace: policy_ns.clone(),
+    });
+    let policy_ctl = Controller::new(
+        Api::<EtcdStatusPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let policy_store = policy_ctl.store();
+    let policy_ctl = {
+        let (by_cm, by_secret) = (policy_store.clone(), policy_store.clone());
+        let configmaps = watcher(
+            Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), &policy_ns),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .touched_objects();
+        let secrets = watcher(
+            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &policy_ns),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .touched_objects();
+        policy_ctl
+            .watches_stream(configmaps, move |cm: PartialObjectMeta<ConfigMap>| {
+                policies_using(&by_cm, &cm.name_any(), |p| {
+                    p.spec.source.config_map.as_ref().map(|c| c.name.as_str())
+                })
+            })
+            .watches_stream(secrets, move |s: PartialObjectMeta<Secret>| {
+                policies_using(&by_secret, &s.name_any(), |p| {
+                    p.spec
+                        .source
+                        .oci
+                        .as_ref()
+                        .and_then(|o| o.pull_secret.as_deref())
+                })
+            })
+            // A cluster that starts selecting a policy changes its count.
+            .watches(
+                api_for::<EtcdCluster>(&client, scope),
+                watcher::Config::default(),
+                |cluster: EtcdCluster| {
+                    let name = cluster.spec.status_policy?.name?;
+                    Some(ObjectRef::new(&name))
+                },
+            )
+            .run(reconcile_policy, policy_error_policy, pctx)
+            .for_each(|_| futures::future::ready(()))
+    };
+
+    let cluster_ctl = Controller::for_stream(clusters, clusters_store.clone())
         .owns(
             api_for::<EtcdMember>(&client, scope),
             watcher::Config::default(),
@@ -87,13 +170,28 @@ pub async fn run(
             let cluster = pod.labels().get("app.kubernetes.io/instance")?.clone();
             Some(ObjectRef::new(&cluster).within(&pod.namespace()?))
         })
+        // A policy's status moves after each swap of its version: the
+        // clusters that select it are evaluated with the new one at once.
+        .watches(
+            Api::<EtcdStatusPolicy>::all(client.clone()),
+            watcher::Config::default(),
+            move |policy: EtcdStatusPolicy| {
+                let name = policy.name_any();
+                clusters_store
+                    .state()
+                    .iter()
+                    .filter(|c| selects(c, &name))
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .run(crate::cluster::reconcile_cluster, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
 
     // Dropping the controllers on shutdown cancels in-flight reconciles;
     // every step is idempotent and the next operator picks up from etcd.
     tokio::select! {
-        _ = futures::future::join(members_ctl, cluster_ctl) => {}
+        _ = futures::future::join3(members_ctl, cluster_ctl, policy_ctl) => {}
         _ = prune => {}
         _ = shutdown => {}
     }

@@ -3,7 +3,8 @@
 //!
 //! Every reconcile runs observe -> evaluate (policy) -> write status -> act;
 //! see [`cluster`] for how the types enforce that order, and [`member`] for
-//! the same order in the EtcdMember controller.
+//! the same order in the EtcdMember controller. [`status_policy`] loads the
+//! EtcdStatusPolicies clusters select, off the reconcile path.
 
 pub mod api;
 pub mod cli;
@@ -20,4 +21,5 @@ pub mod member;
 pub mod metrics;
 pub mod policy;
 pub mod resources;
+pub mod status_policy;
 pub mod text;

@@ -384,8 +384,11 @@ impl AutoCompactionMode {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusPolicyRef {
-    /// A ConfigMap in the cluster's namespace whose `policy.wasm` binaryData
-    /// key holds the policy component. Unset: the embedded default policy.
+    /// The EtcdStatusPolicy to run. Unset: the policy embedded in the
+    /// operator. Deprecated form, kept until v1alpha2: when no
+    /// EtcdStatusPolicy has this name, a ConfigMap of the name in the
+    /// cluster's namespace whose `policy.wasm` binaryData key holds the
+    /// component (unpinned; a Warning Event says so on every change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub name: Option<String>,
@@ -396,8 +399,9 @@ pub struct StatusPolicyRef {
     pub settings: Option<serde_json::Value>,
 }
 
-/// The ConfigMap key a named status policy is read from.
-pub const POLICY_CONFIGMAP_KEY: &str = "policy.wasm";
+/// The ConfigMap key a status policy is read from in the deprecated
+/// ConfigMap form of `spec.statusPolicy.name`.
+pub const POLICY_CONFIGMAP_KEY: &str = super::DEFAULT_POLICY_KEY;
 
 /// What the operator last saw and concluded.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -498,6 +502,10 @@ pub struct PolicyStatus {
     pub version: String,
     /// `sha256:<hex>` of the component bytes.
     pub digest: String,
+    /// Where the component came from: `embedded`, `EtcdStatusPolicy
+    /// <name>`, or the deprecated `ConfigMap <namespace>/<name>`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

@@ -1,14 +1,16 @@
 //! The Kubernetes API of etcd-steward: group `etcd.steward.dev`, version
-//! `v1alpha1`, kinds `EtcdCluster` and `EtcdMember`.
+//! `v1alpha1`, kinds `EtcdCluster`, `EtcdMember` and `EtcdStatusPolicy`.
 
 mod cluster;
 mod member;
 mod schema;
 mod status_patch;
+mod status_policy;
 
 pub use cluster::*;
 pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
 pub use status_patch::{WholeStatus, write_whole_status};
+pub use status_policy::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -22,10 +24,14 @@ pub const CRDS_PATH: &str = "crds/etcd-steward.yaml";
 
 /// The CRDs of every kind this operator serves.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [EtcdCluster::crd(), EtcdMember::crd()]
-        .into_iter()
-        .map(without_null_enum_values)
-        .collect()
+    [
+        EtcdCluster::crd(),
+        EtcdMember::crd(),
+        EtcdStatusPolicy::crd(),
+    ]
+    .into_iter()
+    .map(without_null_enum_values)
+    .collect()
 }
 
 /// schemars writes an `Option<Enum>` as `enum: [.., null]` plus

@@ -12,7 +12,7 @@ use crate::etcd::{ClientConfig, EtcdClient, Faults, FaultyEtcd};
 use crate::health::{self, Readiness};
 use crate::leader::{self, Candidate, LeaseConfig};
 use crate::metrics::Metrics;
-use crate::policy::{Limits, PolicyEngine};
+use crate::policy::{EngineConfig, Limits, PolicyEngine};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -39,12 +39,45 @@ pub struct RunArgs {
     /// the default policy).
     #[arg(long, default_value_t = 15)]
     pub verified_refresh_seconds: u64,
-    /// Deadline of one policy evaluation, in milliseconds.
+    /// Deadline of one policy evaluation (instantiation included), in
+    /// milliseconds, for a policy whose EtcdStatusPolicy sets none.
     #[arg(long, default_value_t = 50)]
     pub policy_deadline_ms: u64,
-    /// Memory cap of one policy evaluation, in MiB.
-    #[arg(long, default_value_t = 32)]
+    /// How far each linear memory of a policy may grow, in MiB, for a
+    /// policy that sets no limits.memoryBytes.
+    #[arg(long, default_value_t = 64)]
     pub policy_memory_mib: u64,
+    /// The largest component a policy may be, in MiB, unless it sets
+    /// limits.componentBytes.
+    #[arg(long, default_value_t = 64)]
+    pub policy_component_mib: u64,
+    /// Core instances one evaluation may create, unless the policy sets
+    /// limits.instances.
+    #[arg(long, default_value_t = 64)]
+    pub policy_instances: u32,
+    /// The most any EtcdStatusPolicy may set as limits.deadlineMilliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub policy_max_deadline_ms: u64,
+    /// The most any EtcdStatusPolicy may set as limits.memoryBytes, in MiB.
+    /// The instance pool reserves address space for it.
+    #[arg(long, default_value_t = 256)]
+    pub policy_max_memory_mib: u64,
+    /// The most any EtcdStatusPolicy may set as limits.componentBytes, in MiB.
+    #[arg(long, default_value_t = 128)]
+    pub policy_max_component_mib: u64,
+    /// The most any EtcdStatusPolicy may set as limits.instances.
+    #[arg(long, default_value_t = 128)]
+    pub policy_max_instances: u32,
+    /// Keep compiled policies in this directory, so a restarted operator
+    /// does not compile them again (an emptyDir in the Deployment). Only
+    /// the operator may write there: its files are loaded as native code.
+    #[arg(long, env = "ETCD_STEWARD_POLICY_CACHE_DIR")]
+    pub policy_cache_dir: Option<std::path::PathBuf>,
+    /// Where EtcdStatusPolicy ConfigMaps and pull Secrets are read from
+    /// (default: the operator's own namespace, $POD_NAMESPACE, else
+    /// etcd-steward-system).
+    #[arg(long, env = "ETCD_STEWARD_POLICY_NAMESPACE")]
+    pub policy_namespace: Option<String>,
     /// Where to serve /metrics, /healthz (liveness) and /readyz (caches
     /// synced and leadership known); empty: don't. A taken port fails at
     /// startup.
@@ -73,15 +106,32 @@ impl RunArgs {
             busy_resync: Duration::from_millis(self.resync_ms.min(1000)),
             verified_refresh: Duration::from_secs(self.verified_refresh_seconds),
             crash_loop_threshold: self.crash_loop_threshold,
+            policy_namespace: self
+                .policy_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "etcd-steward-system".into()),
             ..OperatorConfig::default()
         }
     }
 
-    pub fn limits(&self) -> Limits {
-        Limits {
-            deadline: Duration::from_millis(self.policy_deadline_ms),
-            memory_bytes: (self.policy_memory_mib * 1024 * 1024) as usize,
-            ..Limits::default()
+    pub fn engine_config(&self) -> EngineConfig {
+        let mib = |n: u64| (n * 1024 * 1024) as usize;
+        EngineConfig {
+            defaults: Limits {
+                deadline: Duration::from_millis(self.policy_deadline_ms),
+                memory_bytes: mib(self.policy_memory_mib),
+                component_bytes: mib(self.policy_component_mib),
+                instances: self.policy_instances,
+            },
+            maximum: Limits {
+                deadline: Duration::from_millis(self.policy_max_deadline_ms),
+                memory_bytes: mib(self.policy_max_memory_mib),
+                component_bytes: mib(self.policy_max_component_mib),
+                instances: self.policy_max_instances,
+            },
+            cache_dir: self.policy_cache_dir.clone(),
+            ..EngineConfig::default()
         }
     }
 }
@@ -118,7 +168,7 @@ impl Operator {
 
     /// The shared context, with the watch caches started.
     pub async fn context(&self, client: kube::Client) -> anyhow::Result<Arc<Context>> {
-        let engine = PolicyEngine::new(self.args.limits())?;
+        let engine = PolicyEngine::new(self.args.engine_config())?;
         let etcd = EtcdClient::new(ClientConfig {
             deadline: Duration::from_millis(self.args.probe_deadline_ms),
             ..ClientConfig::default()
@@ -168,6 +218,9 @@ impl Operator {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // The OCI client (reqwest) takes TLS from the process-wide provider;
+    // kube's client brings its own, the same one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = kube::Client::try_default().await?;
     let operator = Operator::new(args);
     if !operator.args.metrics_addr.is_empty() {

@@ -13,7 +13,7 @@ use crate::api::PolicyStatus;
 use crate::conditions::Stall;
 use crate::context::Context;
 use crate::facts::quorum::{self, Quorum};
-use crate::policy::{PolicyError, ResolveError, fallback_verdict};
+use crate::policy::{PolicyError, ResolveError, Resolved, fallback_verdict};
 
 /// Why the host had to stand in for the policy.
 #[derive(Clone, Debug)]
@@ -54,10 +54,12 @@ impl PolicyProblem {
     }
 
     /// Needs a human: the policy cannot be loaded or rejects the settings.
-    /// A failed evaluation does not stall: the next one may succeed.
+    /// A failed evaluation does not stall, nor does a policy still loading
+    /// or a registry that did not answer: the next try may succeed.
     pub fn stall(&self) -> Option<Stall> {
         match self {
-            Self::Unavailable(_) => Some(Stall::PolicyUnloadable(self.message())),
+            Self::Unavailable(e) if e.is_lasting() => Some(Stall::PolicyUnloadable(self.message())),
+            Self::Unavailable(_) => None,
             Self::InvalidSettings { .. } => Some(Stall::InvalidPolicySettings(self.message())),
             Self::Failed(_) | Self::UnconfirmedVerification { .. } => None,
         }
@@ -75,6 +77,8 @@ pub struct Evaluated {
     /// are decided on it, never on the verdict.
     pub quorum: Result<Quorum, String>,
     pub problem: Option<PolicyProblem>,
+    /// A Warning to publish once: the cluster uses a deprecated policy form.
+    pub deprecation: Option<String>,
 }
 
 impl Evaluated {
@@ -85,6 +89,7 @@ impl Evaluated {
             declared: Vec::new(),
             policy,
             problem: Some(problem),
+            deprecation: None,
             observed,
         }
     }
@@ -93,25 +98,42 @@ impl Evaluated {
 pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
     let spec_ref = observed.cluster.spec.status_policy.as_ref();
     let named = spec_ref.and_then(|p| p.name.clone());
-    let policy = match ctx
+    let resolved = ctx
         .policies
-        .resolve(&observed.cluster, named.as_deref())
-        .await
-    {
-        Ok(p) => p,
+        .resolve(
+            &observed.cluster,
+            named.as_deref(),
+            &ctx.stores.status_policies,
+        )
+        .await;
+    let (policy, source) = match resolved {
+        Ok(Resolved { policy, source }) => (policy, source),
         Err(e) => {
+            // The status names what was asked for, not a policy that runs.
             let status = PolicyStatus {
-                name: named.unwrap_or_default(),
+                name: named.clone().unwrap_or_default(),
                 version: String::new(),
                 digest: String::new(),
+                source: named
+                    .map(|n| format!("EtcdStatusPolicy {n}"))
+                    .unwrap_or_default(),
             };
             return Evaluated::fallback(observed, status, PolicyProblem::Unavailable(e));
         }
     };
+    let deprecation = (source.starts_with("ConfigMap ")
+        && ctx.policies.first_deprecation_notice(&observed.cluster))
+    .then(|| {
+        format!(
+            "spec.statusPolicy.name selects {source}; a ConfigMap policy in the cluster's \
+             namespace is deprecated and will stop working in v1alpha2"
+        )
+    });
     let status = PolicyStatus {
         name: policy.info.name.clone(),
         version: policy.info.version.clone(),
-        digest: policy.digest.clone(),
+        digest: format!("sha256:{}", policy.digest),
+        source,
     };
 
     if let Err(message) = ctx
@@ -154,6 +176,7 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         quorum,
         policy: status,
         problem: None,
+        deprecation,
         observed,
     }
 }

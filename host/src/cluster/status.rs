@@ -376,6 +376,15 @@ async fn publish_events(e: &Evaluated, status: &EtcdClusterStatus, ctx: &Context
             secondary: None,
         });
     }
+    if let Some(note) = &e.deprecation {
+        events.push(KubeEvent {
+            type_: KubeEventType::Warning,
+            reason: "DeprecatedPolicySource".into(),
+            note: Some(note.clone()),
+            action: "EvaluatePolicy".into(),
+            secondary: None,
+        });
+    }
     events.extend(e.verdict.events.iter().map(|ev| KubeEvent {
         type_: match ev.type_ {
             EventType::Normal => KubeEventType::Normal,

@@ -1,28 +1,42 @@
-//! Which policy a cluster runs: the embedded default, or the component a
-//! ConfigMap named by `spec.statusPolicy.name` holds. Also remembers which
-//! (policy, settings) pairs passed `validate-settings`.
+//! Which policy a cluster runs: the embedded default, an EtcdStatusPolicy
+//! from the [`Catalog`], or (deprecated) a ConfigMap in the cluster's
+//! namespace. Also remembers which (policy, settings) pairs passed
+//! `validate-settings`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
+use super::catalog::{Catalog, Entry, LoadFailure};
 use super::{LoadedPolicy, PolicyEngine, PolicyError};
-use crate::api::{EtcdCluster, POLICY_CONFIGMAP_KEY};
+use crate::api::{EtcdCluster, EtcdStatusPolicy, POLICY_CONFIGMAP_KEY};
 
-/// Why a cluster's policy could not be had. Every variant needs a human, so
-/// the cluster goes Stalled with the message.
+/// How long a reconcile waits for a policy's first load (the operator
+/// started a moment ago, or the policy was just created) before it writes
+/// a status saying the policy is still loading.
+const FIRST_LOAD_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Why a cluster's policy could not be had.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ResolveError {
+    #[error("EtcdStatusPolicy {name} does not run: {failure}")]
+    Failed { name: String, failure: LoadFailure },
+    #[error("EtcdStatusPolicy {name} is still loading")]
+    Loading { name: String },
     #[error("reading ConfigMap {namespace}/{name}: {message}")]
     Read {
         namespace: String,
         name: String,
         message: String,
     },
-    #[error("ConfigMap {namespace}/{name} (spec.statusPolicy.name) not found")]
+    #[error(
+        "no EtcdStatusPolicy named {name} (spec.statusPolicy.name), and no ConfigMap {namespace}/{name} either"
+    )]
     NotFound { namespace: String, name: String },
     #[error("ConfigMap {namespace}/{name} has no binaryData key {POLICY_CONFIGMAP_KEY:?}")]
     NoComponent { namespace: String, name: String },
@@ -35,32 +49,95 @@ pub enum ResolveError {
     },
 }
 
-/// The status policies: the embedded default and those named by clusters.
+impl ResolveError {
+    /// Only a human can fix it (as opposed to a load in progress, or a
+    /// registry that may answer on the next try).
+    pub fn is_lasting(&self) -> bool {
+        match self {
+            Self::Failed { failure, .. } => !failure.transient,
+            Self::Loading { .. } | Self::Read { .. } => false,
+            Self::NotFound { .. } | Self::NoComponent { .. } | Self::Load { .. } => true,
+        }
+    }
+}
+
+/// A cluster's policy, and where it came from (for `status.policy.source`).
+pub struct Resolved {
+    pub policy: Arc<LoadedPolicy>,
+    pub source: String,
+}
+
+/// The status policies: the embedded default and those clusters select.
 pub struct Policies {
     engine: PolicyEngine,
     client: Client,
+    /// The EtcdStatusPolicies this process runs, kept by their controller.
+    pub catalog: Catalog,
     settings_checked: Mutex<HashMap<(String, String), Result<(), String>>>,
+    /// Clusters already told their ConfigMap policy is deprecated.
+    warned_deprecated: Mutex<HashSet<String>>,
 }
+
+/// `status.policy.source` of a cluster on the embedded policy.
+pub const EMBEDDED_SOURCE: &str = "embedded";
 
 impl Policies {
     pub fn new(engine: PolicyEngine, client: Client) -> Self {
         Self {
             engine,
             client,
+            catalog: Catalog::default(),
             settings_checked: Mutex::default(),
+            warned_deprecated: Mutex::default(),
         }
     }
 
-    /// The cluster's policy: the embedded default, or the component stored
-    /// under `policy.wasm` in the named ConfigMap of the cluster's namespace.
+    pub fn engine(&self) -> &PolicyEngine {
+        &self.engine
+    }
+
+    /// The cluster's policy: the embedded default when `name` is unset,
+    /// else the EtcdStatusPolicy of that name, else (deprecated) the
+    /// component under `policy.wasm` in the ConfigMap of that name in the
+    /// cluster's namespace.
     pub async fn resolve(
         &self,
         cluster: &EtcdCluster,
         name: Option<&str>,
-    ) -> Result<Arc<LoadedPolicy>, ResolveError> {
+        known: &Store<EtcdStatusPolicy>,
+    ) -> Result<Resolved, ResolveError> {
         let Some(name) = name else {
-            return Ok(self.engine.default_policy());
+            return Ok(Resolved {
+                policy: self.engine.default_policy(),
+                source: EMBEDDED_SOURCE.into(),
+            });
         };
+        if known.get(&ObjectRef::new(name)).is_none() {
+            self.catalog.remove(name);
+            return self.deprecated_config_map(cluster, name).await;
+        }
+        match self.catalog.wait_for(name, FIRST_LOAD_PATIENCE).await {
+            Some(Entry::Running { policy, .. }) => Ok(Resolved {
+                policy,
+                source: format!("EtcdStatusPolicy {name}"),
+            }),
+            Some(Entry::Failed { failure, .. }) => Err(ResolveError::Failed {
+                name: name.to_owned(),
+                failure,
+            }),
+            None => Err(ResolveError::Loading {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// The deprecated form: a ConfigMap in the cluster's namespace, read
+    /// on every reconcile, not pinned.
+    async fn deprecated_config_map(
+        &self,
+        cluster: &EtcdCluster,
+        name: &str,
+    ) -> Result<Resolved, ResolveError> {
         let namespace = cluster.namespace().unwrap_or_default();
         let at = || (namespace.clone(), name.to_owned());
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &namespace);
@@ -87,14 +164,31 @@ impl Policies {
                 let (namespace, name) = at();
                 ResolveError::NoComponent { namespace, name }
             })?;
-        self.engine.load(&bytes.0).map_err(|source| {
+        let policy = self.engine.load(&bytes.0).map_err(|source| {
             let (namespace, name) = at();
             ResolveError::Load {
                 namespace,
                 name,
                 source,
             }
+        })?;
+        Ok(Resolved {
+            policy,
+            source: format!(
+                "ConfigMap {namespace}/{name} (deprecated: ship it as an EtcdStatusPolicy)"
+            ),
         })
+    }
+
+    /// Whether this is the first time this process sees `cluster` (by UID)
+    /// on a deprecated ConfigMap policy, so it is told once, not on every
+    /// reconcile.
+    pub fn first_deprecation_notice(&self, cluster: &EtcdCluster) -> bool {
+        let uid = cluster.uid().unwrap_or_default();
+        self.warned_deprecated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid)
     }
 
     /// Settings are checked once per (policy, settings) pair, not on every

@@ -1,0 +1,211 @@
+//! `EtcdStatusPolicy`: a status policy a platform team ships to every
+//! namespace. Cluster-scoped; an EtcdCluster selects one by name in
+//! `spec.statusPolicy`. Its component is fetched from a ConfigMap or an OCI
+//! registry, and runs only if its sha256 is the one `spec.digest` pins.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The ConfigMap key a policy component is read from when none is named.
+pub const DEFAULT_POLICY_KEY: &str = "policy.wasm";
+
+/// A status policy component, pinned by digest, with the limits it runs under.
+// Each printcolumn repeats `type_`; clippy reads that as a duplicate.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.steward.dev",
+    version = "v1alpha1",
+    kind = "EtcdStatusPolicy",
+    shortname = "esp",
+    status = "EtcdStatusPolicyStatus",
+    derive = "PartialEq",
+    doc = "A status policy (a WebAssembly component of the steward:status world) that EtcdClusters in any namespace select by name. It runs only if its sha256 digest is the one spec.digest pins.",
+    printcolumn(
+        name = "READY",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "POLICY", type_ = "string", json_path = ".status.policy.name"),
+    printcolumn(
+        name = "VERSION",
+        type_ = "string",
+        json_path = ".status.policy.version"
+    ),
+    printcolumn(
+        name = "CLUSTERS",
+        type_ = "integer",
+        json_path = ".status.clusters",
+        description = "EtcdClusters that select this policy"
+    ),
+    printcolumn(
+        name = "DIGEST",
+        type_ = "string",
+        json_path = ".spec.digest",
+        priority = 1
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdStatusPolicySpec {
+    /// `sha256:<64 hex digits>` of the component's bytes, as `etcd-steward
+    /// policy inspect` prints it. A component with any other digest is
+    /// never run, wherever it came from.
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub digest: String,
+
+    /// Where the component is fetched from: exactly one of configMap and oci.
+    pub source: PolicySource,
+
+    /// What one evaluation may consume. Each unset field takes the
+    /// operator's default; none may exceed the operator's maximum
+    /// (`etcd-steward run --policy-max-*`).
+    #[serde(default, skip_serializing_if = "PolicyLimits::is_empty")]
+    pub limits: PolicyLimits,
+}
+
+/// Where a policy component comes from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("has(self.configMap) != has(self.oci)")
+        .message("spec.source needs exactly one of configMap and oci")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySource {
+    /// A ConfigMap in the operator's namespace (`--policy-namespace`),
+    /// for components that fit in one (a ConfigMap holds at most 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapPolicySource>,
+    /// An OCI artifact in a registry, as Kubewarden ships its policies: the
+    /// manifest's layer of media type `application/wasm` is the component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciPolicySource>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapPolicySource {
+    /// The ConfigMap's name, in the operator's namespace.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The binaryData key holding the component; default `policy.wasm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OciPolicySource {
+    /// `registry/repository:tag` or `registry/repository@sha256:...` (the
+    /// manifest's digest). The component's own digest is pinned by
+    /// `spec.digest` either way.
+    #[schemars(length(min = 1))]
+    pub reference: String,
+    /// Speak plain HTTP to the registry (a registry inside the cluster
+    /// without TLS). The digest pin still guards the content.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+    /// A Secret of type kubernetes.io/dockerconfigjson in the operator's
+    /// namespace, holding the registry's credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<String>,
+}
+
+/// Limits of one evaluation (instantiation included). Unset fields take the
+/// operator's defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyLimits {
+    /// Wall time of one call into the policy, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub deadline_milliseconds: Option<u32>,
+    /// Linear memory of one evaluation, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 65536))]
+    pub memory_bytes: Option<u64>,
+    /// Size of the component itself, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 8))]
+    pub component_bytes: Option<u64>,
+    /// Core WebAssembly instances one evaluation may create (a Rust policy
+    /// needs a handful; a Python one built with componentize-py dozens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub instances: Option<u32>,
+}
+
+impl PolicyLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// What the operator made of the policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdStatusPolicyStatus {
+    /// The `metadata.generation` this status is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// `sha256:<hex>` of the component now running for this policy; unset
+    /// while none is (it failed to load, or has not loaded yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+
+    /// What the running component says of itself (its `describe()`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<DescribedPolicy>,
+
+    /// The limits in force: the spec's, the operator's defaults for the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<EffectiveLimits>,
+
+    /// EtcdClusters that select this policy.
+    #[serde(default)]
+    pub clusters: i32,
+
+    /// Ready (the pinned component is loaded and running) and Stalled
+    /// (it cannot be, and why), in kstatus' sense.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A component's answer to `describe()`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DescribedPolicy {
+    pub name: String,
+    #[serde(default)]
+    pub version: String,
+    /// The condition types it writes.
+    #[serde(default)]
+    pub condition_types: Vec<String>,
+    /// The JSON Schema of its settings, as the text it returned.
+    #[serde(default)]
+    pub settings_schema: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveLimits {
+    pub deadline_milliseconds: u32,
+    pub memory_bytes: u64,
+    pub component_bytes: u64,
+    pub instances: u32,
+}
+
+impl EtcdStatusPolicyStatus {
+    /// The condition of the given type, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}

@@ -1,0 +1,251 @@
+//! Where an EtcdStatusPolicy's component comes from: a ConfigMap in the
+//! operator's namespace, or an OCI artifact in a registry. Fetching only
+//! gets bytes; whether they may run (the digest pin, the limits) is decided
+//! by the caller, the same way for both.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use crate::api::{ConfigMapPolicySource, DEFAULT_POLICY_KEY, OciPolicySource};
+
+/// The media type of a component layer (the CNCF "Wasm OCI Artifact" layout
+/// that oras, wkg and Kubewarden use).
+pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+
+/// How long one pull may take, manifest and blob together.
+const PULL_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Why a component could not be had.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// Only a human can fix it: a missing object, key or layer.
+    #[error("{0}")]
+    Missing(String),
+    /// The registry refused or did not answer; it may pass.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The artifact's component is not the pinned one; nothing was downloaded.
+    #[error("{0}")]
+    DigestMismatch(String),
+    /// The artifact is larger than the policy may be.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// The component in `cm` (the ConfigMap `source` names, if it exists), and
+/// the resourceVersion it was read at.
+pub fn from_config_map(
+    cm: Option<&ConfigMap>,
+    namespace: &str,
+    source: &ConfigMapPolicySource,
+) -> Result<(Vec<u8>, String), FetchError> {
+    let key = source.key.as_deref().unwrap_or(DEFAULT_POLICY_KEY);
+    let cm = cm.ok_or_else(|| {
+        FetchError::Missing(format!(
+            "ConfigMap {namespace}/{} (spec.source.configMap) not found",
+            source.name
+        ))
+    })?;
+    let bytes = cm
+        .binary_data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .ok_or_else(|| {
+            FetchError::Missing(format!(
+                "ConfigMap {namespace}/{} has no binaryData key {key:?}",
+                source.name
+            ))
+        })?;
+    let version = cm.metadata.resource_version.clone().unwrap_or_default();
+    Ok((bytes.0.clone(), version))
+}
+
+/// Pulls the component layer of an OCI artifact. The manifest is read
+/// first: a layer whose digest is not `pinned` is refused before a byte of
+/// it is downloaded, and one larger than `max_bytes` likewise.
+/// `secret` is the pull Secret `source` names, if it names one and it exists.
+pub async fn from_oci(
+    source: &OciPolicySource,
+    pinned: &str,
+    max_bytes: usize,
+    secret: Option<&Secret>,
+    namespace: &str,
+) -> Result<Vec<u8>, FetchError> {
+    let reference: Reference = source.reference.parse().map_err(|e| {
+        FetchError::Missing(format!(
+            "spec.source.oci.reference {:?} is not an OCI reference: {e}",
+            source.reference
+        ))
+    })?;
+    let auth = match &source.pull_secret {
+        None => RegistryAuth::Anonymous,
+        Some(name) => pull_auth(secret, namespace, name, reference.resolve_registry())?,
+    };
+    let client = Client::new(ClientConfig {
+        protocol: if source.insecure {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        ..ClientConfig::default()
+    });
+    let at = &source.reference;
+    let unreachable = |e: oci_client::errors::OciDistributionError| {
+        FetchError::Unreachable(format!(
+            "pulling {at}: {}",
+            crate::text::one_line(&e.to_string())
+        ))
+    };
+    let pull = async {
+        let (manifest, _) = client
+            .pull_image_manifest(&reference, &auth)
+            .await
+            .map_err(unreachable)?;
+        let wasm: Vec<_> = manifest
+            .layers
+            .iter()
+            .filter(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
+            .collect();
+        let layer = match wasm.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(FetchError::Missing(format!(
+                    "{at} has no layer of media type {WASM_LAYER_MEDIA_TYPE} (layers: {})",
+                    manifest
+                        .layers
+                        .iter()
+                        .map(|l| l.media_type.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            _ => {
+                return Err(FetchError::Missing(format!(
+                    "{at} has {} layers of media type {WASM_LAYER_MEDIA_TYPE}; a policy artifact has one",
+                    wasm.len()
+                )));
+            }
+        };
+        if layer.digest != pinned {
+            return Err(FetchError::DigestMismatch(format!(
+                "the component in {at} is {}, but spec.digest pins {pinned}; it was not downloaded",
+                layer.digest
+            )));
+        }
+        if layer.size < 0 || layer.size as u64 > max_bytes as u64 {
+            return Err(FetchError::TooLarge(format!(
+                "the component in {at} is {} bytes, above its limit of {max_bytes} (componentBytes)",
+                layer.size
+            )));
+        }
+        let mut bytes = Vec::with_capacity(layer.size as usize);
+        // pull_blob checks what it downloads against the layer's digest.
+        client
+            .pull_blob(&reference, layer, &mut bytes)
+            .await
+            .map_err(unreachable)?;
+        Ok(bytes)
+    };
+    tokio::time::timeout(PULL_DEADLINE, pull)
+        .await
+        .unwrap_or_else(|_| {
+            Err(FetchError::Unreachable(format!(
+                "pulling {at} took longer than {} s",
+                PULL_DEADLINE.as_secs()
+            )))
+        })
+}
+
+/// Credentials for `registry` from a kubernetes.io/dockerconfigjson Secret.
+fn pull_auth(
+    secret: Option<&Secret>,
+    namespace: &str,
+    name: &str,
+    registry: &str,
+) -> Result<RegistryAuth, FetchError> {
+    let secret = secret.ok_or_else(|| {
+        FetchError::Missing(format!(
+            "Secret {namespace}/{name} (spec.source.oci.pullSecret) not found"
+        ))
+    })?;
+    let config = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(".dockerconfigjson"))
+        .ok_or_else(|| {
+            FetchError::Missing(format!(
+                "Secret {namespace}/{name} has no .dockerconfigjson key (type kubernetes.io/dockerconfigjson)"
+            ))
+        })?;
+    docker_config_auth(&config.0, registry).ok_or_else(|| {
+        // Never the Secret's content: only where the credentials were looked for.
+        FetchError::Missing(format!(
+            "Secret {namespace}/{name} holds no credentials for registry {registry}"
+        ))
+    })
+}
+
+/// The entry for `registry` in a docker config.json: `username` and
+/// `password`, or `auth` (base64 of `user:password`).
+fn docker_config_auth(json: &[u8], registry: &str) -> Option<RegistryAuth> {
+    use base64::Engine as _;
+    #[derive(serde::Deserialize)]
+    struct DockerConfig {
+        auths: std::collections::HashMap<String, Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        username: Option<String>,
+        password: Option<String>,
+        auth: Option<String>,
+    }
+    let config: DockerConfig = serde_json::from_slice(json).ok()?;
+    let entry = config.auths.iter().find_map(|(host, entry)| {
+        let host = host
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
+        (host == registry).then_some(entry)
+    })?;
+    match (&entry.username, &entry.password, &entry.auth) {
+        (Some(user), Some(password), _) => {
+            Some(RegistryAuth::Basic(user.clone(), password.clone()))
+        }
+        (_, _, Some(auth)) => {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(auth)
+                .ok()?;
+            let text = String::from_utf8(decoded).ok()?;
+            let (user, password) = text.split_once(':')?;
+            Some(RegistryAuth::Basic(user.to_owned(), password.to_owned()))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_config_credentials_are_found_by_registry() {
+        let json = br#"{"auths": {
+            "https://registry.example:5000/": {"username": "u", "password": "p"},
+            "other.example": {"auth": "YWxpY2U6czNjcmV0"}
+        }}"#;
+        assert!(matches!(
+            docker_config_auth(json, "registry.example:5000"),
+            Some(RegistryAuth::Basic(u, p)) if u == "u" && p == "p"
+        ));
+        assert!(matches!(
+            docker_config_auth(json, "other.example"),
+            Some(RegistryAuth::Basic(u, p)) if u == "alice" && p == "s3cret"
+        ));
+        assert!(docker_config_auth(json, "missing.example").is_none());
+        assert!(docker_config_auth(b"not json", "other.example").is_none());
+    }
+}

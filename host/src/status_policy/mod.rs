@@ -1,0 +1,377 @@
+//! The EtcdStatusPolicy controller: fetch → load → swap → write status.
+//!
+//! It keeps [`crate::policy::catalog`] in step with the EtcdStatusPolicy
+//! objects, their ConfigMaps and their pull Secrets, all watched: a new
+//! version is fetched, compiled and asked to describe itself here, off the
+//! cluster reconcile path, and then swapped in whole. The clusters that
+//! select the policy are reconciled by the status write that follows (their
+//! controller watches these objects), so they show the new verdict within
+//! one reconcile of the swap.
+//!
+//! Like the cluster reconcile, it writes its status whatever the load did:
+//! a policy that cannot run says why, on the object and in an Event.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use steward_policy_sdk::{Condition, ConditionStatus};
+
+use crate::api::{
+    DescribedPolicy, EffectiveLimits, EtcdCluster, EtcdStatusPolicy, EtcdStatusPolicyStatus,
+    write_whole_status,
+};
+use crate::conditions::{self, READY, STALLED};
+use crate::context::Context;
+use crate::error::Error;
+use crate::policy::catalog::{Entry, LoadFailure, LoadKey};
+use crate::policy::source::{self, FetchError};
+use crate::policy::{Limits, digest};
+
+/// What the policy controller reads besides the shared context.
+pub struct PolicyContext {
+    pub ctx: Arc<Context>,
+    /// The EtcdClusters, to count those that select each policy.
+    pub clusters: Store<EtcdCluster>,
+    /// Where ConfigMap sources and pull Secrets live: the operator's namespace.
+    pub namespace: String,
+}
+
+/// How often a policy is looked at with nothing changed: its cluster count.
+const RECOUNT: Duration = Duration::from_secs(60);
+/// How soon a registry that did not answer is asked again.
+const RETRY_FETCH: Duration = Duration::from_secs(15);
+
+#[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
+pub async fn reconcile_policy(
+    policy: Arc<EtcdStatusPolicy>,
+    pctx: Arc<PolicyContext>,
+) -> Result<Action, Error> {
+    let name = policy.name_any();
+    let ctx = &pctx.ctx;
+    let entry = load(&policy, &pctx).await;
+    let changed = ctx
+        .policies
+        .catalog
+        .get(&name)
+        .is_none_or(|old| !same(&old, &entry));
+    if changed {
+        ctx.policies.catalog.set(&name, entry.clone());
+        if let Entry::Failed { failure, .. } = &entry {
+            publish(ctx, &policy, failure).await;
+        }
+    }
+
+    let clusters = pctx
+        .clusters
+        .state()
+        .iter()
+        .filter(|c| selects(c, &name))
+        .count() as i32;
+    let status = next_status(&policy, &entry, clusters, jiff::Timestamp::now());
+    if policy.status.as_ref() != Some(&status) {
+        let api: Api<EtcdStatusPolicy> = Api::all(ctx.client.clone());
+        write_whole_status(&api, &name, &status)
+            .await
+            .map_err(Error::StatusWrite)?;
+    }
+    Ok(match &entry {
+        Entry::Failed { failure, .. } if failure.transient => Action::requeue(RETRY_FETCH),
+        _ => Action::requeue(RECOUNT),
+    })
+}
+
+/// Whether a cluster runs the named EtcdStatusPolicy.
+pub fn selects(cluster: &EtcdCluster, policy: &str) -> bool {
+    cluster
+        .spec
+        .status_policy
+        .as_ref()
+        .and_then(|p| p.name.as_deref())
+        == Some(policy)
+}
+
+/// The same outcome: the same version running, or the same failure.
+fn same(a: &Entry, b: &Entry) -> bool {
+    match (a, b) {
+        (
+            Entry::Running {
+                key: ka,
+                policy: pa,
+            },
+            Entry::Running {
+                key: kb,
+                policy: pb,
+            },
+        ) => ka == kb && Arc::ptr_eq(pa, pb),
+        (
+            Entry::Failed {
+                key: ka,
+                failure: fa,
+            },
+            Entry::Failed {
+                key: kb,
+                failure: fb,
+            },
+        ) => ka == kb && fa == fb,
+        _ => false,
+    }
+}
+
+/// The limits in force: the spec's, the operator's defaults for the rest.
+fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
+    let spec = &policy.spec.limits;
+    Limits {
+        deadline: spec
+            .deadline_milliseconds
+            .map_or(defaults.deadline, |ms| Duration::from_millis(ms.into())),
+        memory_bytes: spec
+            .memory_bytes
+            .map_or(defaults.memory_bytes, |b| b as usize),
+        component_bytes: spec
+            .component_bytes
+            .map_or(defaults.component_bytes, |b| b as usize),
+        instances: spec.instances.unwrap_or(defaults.instances),
+    }
+}
+
+/// Fetches and loads the version the spec pins, unless the catalog already
+/// holds the outcome of exactly this load.
+async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
+    let ctx = &pctx.ctx;
+    let engine = ctx.policies.engine();
+    let limits = limits_of(policy, engine.limits());
+    let pinned = policy.spec.digest.clone();
+    let previous = ctx.policies.catalog.get(&policy.name_any());
+    let failed =
+        |key: LoadKey, reason: &'static str, message: String, transient: bool| Entry::Failed {
+            key,
+            failure: LoadFailure {
+                reason,
+                message,
+                transient,
+            },
+        };
+
+    let (bytes, source) = if let Some(cm) = &policy.spec.source.config_map {
+        // Read through the API, not a cache: the watch event that started
+        // this reconcile may be ahead of any cache.
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &pctx.namespace);
+        let key = |version: &str| LoadKey {
+            digest: pinned.clone(),
+            limits: limits.clone(),
+            source: format!(
+                "configMap {}/{} key {} at {version}",
+                pctx.namespace,
+                cm.name,
+                cm.key.as_deref().unwrap_or(crate::api::DEFAULT_POLICY_KEY)
+            ),
+        };
+        match api.get_opt(&cm.name).await {
+            Err(e) => {
+                return failed(
+                    key("?"),
+                    "SourceUnreachable",
+                    format!("reading ConfigMap {}/{}: {e}", pctx.namespace, cm.name),
+                    true,
+                );
+            }
+            Ok(found) => match source::from_config_map(found.as_ref(), &pctx.namespace, cm) {
+                Ok((bytes, version)) => (bytes, key(&version)),
+                Err(e) => return failed(key("-"), "SourceMissing", e.to_string(), false),
+            },
+        }
+    } else if let Some(oci) = &policy.spec.source.oci {
+        let key = LoadKey {
+            digest: pinned.clone(),
+            limits: limits.clone(),
+            source: format!("oci {}", oci.reference),
+        };
+        // A content-addressed pin needs no second download: the same key
+        // is the same component. A lasting failure waits for a change.
+        if let Some(old) = previous.as_ref().filter(|e| e.key() == &key) {
+            let lasting = !matches!(old, Entry::Failed { failure, .. } if failure.transient);
+            if lasting {
+                return old.clone();
+            }
+        }
+        let secrets = match &oci.pull_secret {
+            None => None,
+            Some(secret) => {
+                let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &pctx.namespace);
+                match api.get_opt(secret).await {
+                    Ok(found) => Some(found),
+                    Err(e) => {
+                        return failed(
+                            key,
+                            "SourceUnreachable",
+                            format!("reading Secret {}/{secret}: {e}", pctx.namespace),
+                            true,
+                        );
+                    }
+                }
+            }
+        };
+        match source::from_oci(
+            oci,
+            &pinned,
+            limits.component_bytes,
+            secrets.flatten().as_ref(),
+            &pctx.namespace,
+        )
+        .await
+        {
+            Ok(bytes) => (bytes, key),
+            Err(e) => {
+                let (reason, transient) = match &e {
+                    FetchError::Unreachable(_) => ("SourceUnreachable", true),
+                    FetchError::Missing(_) => ("SourceMissing", false),
+                    FetchError::DigestMismatch(_) => ("DigestMismatch", false),
+                    FetchError::TooLarge(_) => ("LimitsExceeded", false),
+                };
+                return failed(key, reason, e.to_string(), transient);
+            }
+        }
+    } else {
+        // The CRD's CEL rule makes this unreachable on a real apiserver.
+        let key = LoadKey {
+            digest: pinned.clone(),
+            limits: limits.clone(),
+            source: "none".into(),
+        };
+        return failed(
+            key,
+            "SourceMissing",
+            "spec.source names no source".into(),
+            false,
+        );
+    };
+
+    if let Some(old) = previous.as_ref().filter(|e| e.key() == &source) {
+        return old.clone();
+    }
+    let key = source;
+    if let Some(over) = limits.exceeding(engine.maximum()) {
+        return failed(key, "LimitsExceeded", format!("spec.limits: {over}"), false);
+    }
+    let got = format!("sha256:{}", digest(&bytes));
+    if got != pinned {
+        return failed(
+            key.clone(),
+            "DigestMismatch",
+            format!(
+                "the component from {} is {got}, but spec.digest pins {pinned}; it was not run",
+                key.source
+            ),
+            false,
+        );
+    }
+    // Compiling takes from milliseconds (cached) to seconds (a large Python
+    // policy): never on an async worker.
+    let loaded = {
+        let engine = engine.clone();
+        let limits = limits.clone();
+        tokio::task::spawn_blocking(move || engine.load_with(&bytes, &limits)).await
+    };
+    match loaded {
+        Ok(Ok(policy)) => Entry::Running { key, policy },
+        Ok(Err(e)) => failed(key, "InvalidComponent", e.to_string(), false),
+        Err(join) => failed(
+            key,
+            "InvalidComponent",
+            format!("loading the component failed: {join}"),
+            true,
+        ),
+    }
+}
+
+fn next_status(
+    policy: &EtcdStatusPolicy,
+    entry: &Entry,
+    clusters: i32,
+    now: jiff::Timestamp,
+) -> EtcdStatusPolicyStatus {
+    let generation = policy.metadata.generation.unwrap_or_default();
+    let prev = policy.status.clone().unwrap_or_default();
+    let (desired, running) = match entry {
+        Entry::Running { policy: loaded, .. } => (
+            vec![
+                Condition::new(
+                    READY,
+                    ConditionStatus::True,
+                    "Loaded",
+                    format!(
+                        "{} {} (sha256:{}) is loaded and runs for the clusters that select it",
+                        loaded.info.name, loaded.info.version, loaded.digest
+                    ),
+                ),
+                Condition::new(STALLED, ConditionStatus::False, "Loaded", ""),
+            ],
+            Some(loaded),
+        ),
+        Entry::Failed { failure, .. } => {
+            let message = format!("{}; no version of this policy runs", failure.message);
+            (
+                vec![
+                    Condition::new(
+                        READY,
+                        ConditionStatus::False,
+                        failure.reason,
+                        message.clone(),
+                    ),
+                    // A registry that does not answer is retried; anything
+                    // else waits for a human to change the spec or source.
+                    if failure.transient {
+                        Condition::new(STALLED, ConditionStatus::False, failure.reason, "retrying")
+                    } else {
+                        Condition::new(STALLED, ConditionStatus::True, failure.reason, message)
+                    },
+                ],
+                None,
+            )
+        }
+    };
+    EtcdStatusPolicyStatus {
+        observed_generation: Some(generation),
+        digest: running.map(|p| format!("sha256:{}", p.digest)),
+        policy: running.map(|p| DescribedPolicy {
+            name: p.info.name.clone(),
+            version: p.info.version.clone(),
+            condition_types: p.info.condition_types.clone(),
+            settings_schema: p.info.settings_schema.clone(),
+        }),
+        limits: running.map(|p| {
+            let l = p.limits();
+            EffectiveLimits {
+                deadline_milliseconds: l.deadline.as_millis() as u32,
+                memory_bytes: l.memory_bytes as u64,
+                component_bytes: l.component_bytes as u64,
+                instances: l.instances,
+            }
+        }),
+        clusters,
+        conditions: conditions::merge(&prev.conditions, &desired, generation, now),
+    }
+}
+
+/// A Warning Event on the policy naming why it does not run.
+async fn publish(ctx: &Context, policy: &EtcdStatusPolicy, failure: &LoadFailure) {
+    let event = KubeEvent {
+        type_: KubeEventType::Warning,
+        reason: failure.reason.into(),
+        note: Some(crate::text::truncate(
+            &failure.message,
+            conditions::MAX_MESSAGE_BYTES,
+        )),
+        action: "LoadPolicy".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
+        tracing::debug!(error = %err, "publishing an event failed");
+    }
+}

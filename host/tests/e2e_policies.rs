@@ -1,0 +1,400 @@
+//! EtcdStatusPolicy end to end, on the real control plane with real etcd:
+//! a policy shipped in a ConfigMap or as an OCI artifact in a real registry
+//! (pushed with the real oras), pinned by digest, hot-reloaded when its
+//! spec or its ConfigMap changes, and refused when its bytes are not the
+//! pinned ones. Every refusal is asserted on the status, the Events and
+//! etcd's membership.
+
+mod support;
+
+use std::path::Path;
+
+use etcd_steward::api::{EtcdCluster, EtcdStatusPolicy};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use support::*;
+
+/// One control plane at a time: two on a 2-core machine would turn these
+/// correctness tests into timing tests.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+fn policies(env: &Env) -> Api<EtcdStatusPolicy> {
+    Api::all(env.client.clone())
+}
+
+async fn create_policy(env: &Env, name: &str, digest: &str, source: serde_json::Value) {
+    let policy: EtcdStatusPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdStatusPolicy",
+        "metadata": {"name": name},
+        "spec": {"digest": digest, "source": source},
+    }))
+    .expect("a valid EtcdStatusPolicy");
+    policies(env)
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("creating the EtcdStatusPolicy");
+}
+
+async fn patch_policy(env: &Env, name: &str, spec: serde_json::Value) {
+    policies(env)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await
+        .expect("patching the EtcdStatusPolicy");
+}
+
+/// Polls the policy until `pred` holds on its status.
+async fn wait_policy(
+    env: &Env,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&EtcdStatusPolicy) -> bool,
+) -> EtcdStatusPolicy {
+    let start = std::time::Instant::now();
+    loop {
+        let p = policies(env).get(name).await.expect("reading the policy");
+        if pred(&p) {
+            return p;
+        }
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "timed out waiting for {name}: {what}; status:\n{}",
+            serde_json::to_string_pretty(&p.status).unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+fn policy_condition<'a>(
+    p: &'a EtcdStatusPolicy,
+    type_: &str,
+) -> Option<(&'a str, &'a str, &'a str)> {
+    p.status
+        .as_ref()?
+        .condition(type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+/// A component in a ConfigMap of the operator's namespace.
+async fn put_config_map(env: &Env, name: &str, wasm: &[u8]) {
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": OPERATOR_NS},
+        "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm.to_vec())}
+    }))
+    .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&cm))
+        .await
+        .expect("writing the ConfigMap");
+}
+
+async fn select(
+    env: &Env,
+    cluster: &str,
+    policy: &str,
+    settings: serde_json::Value,
+) -> EtcdCluster {
+    env.clusters()
+        .patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"statusPolicy": {"name": policy, "settings": settings}}})),
+        )
+        .await
+        .expect("selecting the policy")
+}
+
+/// The first status the operator writes for `generation`: what one
+/// reconcile of that spec concluded.
+async fn first_status_of(watch: ClusterWatch, generation: i64) -> EtcdCluster {
+    watch
+        .until(&format!("a status for generation {generation}"), |c| {
+            c.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
+        })
+        .await
+}
+
+/// Warning Events on the cluster whose note contains `part`.
+async fn warnings(env: &Env, regarding: &str, part: &str) -> Vec<String> {
+    let events: Api<Event> = Api::all(env.client.clone());
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+        .filter_map(|e| e.note)
+        .filter(|n| n.contains(part))
+        .collect()
+}
+
+async fn assert_membership_untouched(env: &Env, cluster: &str) {
+    assert_eq!(env.member_names(cluster).await.len(), 3);
+    let endpoints = env.endpoints(cluster).await;
+    let listed = env.etcdctl(&endpoints, &["member", "list"]).await;
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+}
+
+/// A ConfigMap-sourced policy runs once pinned; an edit of the ConfigMap is
+/// seen through its watch (no polling) and refused when its bytes are not
+/// the pinned ones; a new pin makes the clusters run the new version.
+#[test]
+fn a_config_map_policy_is_pinned_watched_and_swapped() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let raft_lag = std::fs::read(env!("STEWARD_EXAMPLE_RAFT_LAG_WASM")).unwrap();
+        let chaos = std::fs::read(env!("STEWARD_CHAOS_POLICY_WASM")).unwrap();
+        put_config_map(&env, "raft-lag", &raft_lag).await;
+        create_policy(
+            &env,
+            "raft-lag",
+            &sha256(&raft_lag),
+            serde_json::json!({"configMap": {"name": "raft-lag"}}),
+        )
+        .await;
+        let p = wait_policy(&env, "raft-lag", "Ready=True", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        let status = p.status.unwrap();
+        assert_eq!(status.digest.as_deref(), Some(sha256(&raft_lag).as_str()));
+        let described = status.policy.unwrap();
+        assert_eq!(described.name, "raft-lag");
+        assert!(described.condition_types.contains(&"RaftInSync".to_owned()));
+        assert_eq!(status.limits.unwrap().deadline_milliseconds, 200);
+
+        env.create_cluster("lag", 3).await;
+        env.wait_available("lag", 3).await;
+        let watch = env.watch("lag").await;
+        // Settings both versions accept: the swap below changes the policy only.
+        let changed = select(&env, "lag", "raft-lag", serde_json::json!({})).await;
+        let c = first_status_of(watch, changed.metadata.generation.unwrap()).await;
+        let policy = c.status.as_ref().unwrap().policy.clone().unwrap();
+        assert_eq!(
+            policy.name, "raft-lag",
+            "the first reconcile of the new spec runs it"
+        );
+        assert_eq!(policy.source, "EtcdStatusPolicy raft-lag");
+        assert_eq!(policy.digest, sha256(&raft_lag));
+        let c = env
+            .wait_for("lag", "RaftInSync=True from the policy", |c| {
+                condition(c, "RaftInSync") == Some("True")
+            })
+            .await;
+        assert_eq!(condition(&c, "Available"), Some("True"));
+        assert_eq!(condition_reason(&c, "Available"), Some("QuorumHealthy"));
+        wait_policy(&env, "raft-lag", "used by one cluster", |p| {
+            p.status.as_ref().is_some_and(|s| s.clusters == 1)
+        })
+        .await;
+
+        // Someone replaces the component in the ConfigMap, but the pin
+        // stays: the new bytes are never run.
+        put_config_map(&env, "raft-lag", &chaos).await;
+        let p = wait_policy(&env, "raft-lag", "Ready=False, DigestMismatch", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.1 == "DigestMismatch")
+        })
+        .await;
+        let (_, _, message) = policy_condition(&p, "Stalled").unwrap();
+        assert!(
+            message.contains(&sha256(&chaos)) && message.contains(&sha256(&raft_lag)),
+            "{message}"
+        );
+        assert_eq!(p.status.as_ref().unwrap().digest, None, "nothing runs");
+        let c = env
+            .wait_for("lag", "Stalled=True, PolicyUnloadable", |c| {
+                condition_reason(c, "Stalled") == Some("PolicyUnloadable")
+            })
+            .await;
+        assert_eq!(condition(&c, "Stalled"), Some("True"));
+        assert_eq!(condition(&c, "Available"), Some("Unknown"));
+        assert_eq!(condition_reason(&c, "Available"), Some("PolicyFailed"));
+        let message = condition_message(&c, "Stalled").unwrap();
+        assert!(
+            message.contains(&sha256(&chaos)) && message.contains(&sha256(&raft_lag)),
+            "{message}"
+        );
+        env.assert_read(&c, "Failed", "Degraded");
+        assert!(
+            !warnings(&env, "raft-lag", &sha256(&chaos)).await.is_empty(),
+            "an Event names both digests"
+        );
+        assert_membership_untouched(&env, "lag").await;
+
+        // The platform team pins the new component: the swap happens, and
+        // the cluster runs it.
+        patch_policy(
+            &env,
+            "raft-lag",
+            serde_json::json!({"digest": sha256(&chaos)}),
+        )
+        .await;
+        let c = env
+            .wait_for("lag", "the chaos policy's verdict", |c| {
+                condition_reason(c, "Available") == Some("Chaos")
+                    && condition(c, "Stalled") == Some("False")
+            })
+            .await;
+        assert_eq!(c.status.unwrap().policy.unwrap().name, "chaos");
+        env.shutdown().await;
+    });
+}
+
+/// What the README promises a platform engineer: a policy written in
+/// Python, pushed to a registry with oras, pinned by digest in an
+/// EtcdStatusPolicy; the cluster switches to it within one reconcile; a
+/// tampered artifact and a broken new version are refused with a status
+/// that says why, and membership is never touched.
+#[test]
+fn a_cluster_switches_to_a_python_policy_shipped_as_an_oci_artifact() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let registry = steward_testbed::registry::Registry::start(env.plane.binaries())
+            .await
+            .expect("the registry starts");
+        let python = steward_testbed::sdk_examples::python().expect("the Python example builds");
+        let python_bytes = std::fs::read(&python).unwrap();
+        let pinned = sha256(&python_bytes);
+        let v1 = registry.reference("policies/voters-down", "v1");
+        registry.push_wasm(&v1, &python).await.expect("oras push");
+
+        env.create_cluster("py", 3).await;
+        let c = env.wait_available("py", 3).await;
+        assert_eq!(c.status.unwrap().policy.unwrap().source, "embedded");
+
+        create_policy(
+            &env,
+            "voters-down",
+            &pinned,
+            serde_json::json!({"oci": {"reference": v1, "insecure": true}}),
+        )
+        .await;
+        let p = wait_policy(&env, "voters-down", "Ready=True", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert_eq!(
+            p.status.as_ref().unwrap().digest.as_deref(),
+            Some(pinned.as_str())
+        );
+
+        let watch = env.watch("py").await;
+        let changed = select(
+            &env,
+            "py",
+            "voters-down",
+            serde_json::json!({"maxVotersDown": 1}),
+        )
+        .await;
+        let c = first_status_of(watch, changed.metadata.generation.unwrap()).await;
+        let status = c.status.as_ref().unwrap();
+        assert_eq!(status.policy.as_ref().unwrap().digest, pinned);
+        assert_eq!(
+            status.policy.as_ref().unwrap().source,
+            "EtcdStatusPolicy voters-down"
+        );
+        assert_eq!(condition(&c, "Available"), Some("True"), "{}", describe(&c));
+        assert_eq!(condition(&c, "Stalled"), Some("False"));
+        env.assert_read_healthy(&c);
+
+        // A tampered artifact: the tag now holds other bytes than the pin.
+        let tampered = Path::new(env!("STEWARD_EXAMPLE_RAFT_LAG_WASM"));
+        let v2 = registry.reference("policies/voters-down", "v2");
+        registry.push_wasm(&v2, tampered).await.expect("oras push");
+        patch_policy(
+            &env,
+            "voters-down",
+            serde_json::json!({"source": {"oci": {"reference": v2, "insecure": true}}}),
+        )
+        .await;
+        let p = wait_policy(&env, "voters-down", "DigestMismatch", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.1 == "DigestMismatch")
+        })
+        .await;
+        let (stalled, _, message) = policy_condition(&p, "Stalled").unwrap();
+        assert_eq!(stalled, "True");
+        let tampered_digest = sha256(&std::fs::read(tampered).unwrap());
+        assert!(
+            message.contains(&tampered_digest) && message.contains(&pinned),
+            "{message}"
+        );
+        let c = env
+            .wait_for("py", "Stalled=True, PolicyUnloadable", |c| {
+                condition_reason(c, "Stalled") == Some("PolicyUnloadable")
+            })
+            .await;
+        assert_eq!(
+            condition(&c, "Available"),
+            Some("Unknown"),
+            "no verdict from a policy that does not run"
+        );
+        assert_eq!(c.status.as_ref().unwrap().ready_members, 0);
+        assert!(!warnings(&env, "py", &tampered_digest).await.is_empty());
+        assert_membership_untouched(&env, "py").await;
+
+        // A broken new version, pinned correctly: it cannot load, and no
+        // version runs until it is fixed.
+        let broken = env.dir().join("broken.wasm");
+        std::fs::write(&broken, b"\0asm\x01\0\0\0").unwrap();
+        let v3 = registry.reference("policies/voters-down", "v3");
+        registry.push_wasm(&v3, &broken).await.expect("oras push");
+        patch_policy(
+            &env,
+            "voters-down",
+            serde_json::json!({"digest": sha256(b"\0asm\x01\0\0\0"), "source": {"oci": {"reference": v3, "insecure": true}}}),
+        )
+        .await;
+        let p = wait_policy(&env, "voters-down", "InvalidComponent", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.1 == "InvalidComponent")
+        })
+        .await;
+        assert!(
+            policy_condition(&p, "Ready")
+                .unwrap()
+                .2
+                .contains("core WebAssembly module")
+        );
+        let c = env
+            .wait_for("py", "the broken version's failure", |c| {
+                condition_message(c, "Stalled")
+                    .is_some_and(|m| m.contains("core WebAssembly module"))
+            })
+            .await;
+        assert_eq!(condition(&c, "Available"), Some("Unknown"));
+
+        // Back to v1: the cluster runs the Python policy again.
+        patch_policy(
+            &env,
+            "voters-down",
+            serde_json::json!({"digest": pinned, "source": {"oci": {"reference": v1, "insecure": true}}}),
+        )
+        .await;
+        let c = env
+            .wait_for("py", "the Python verdict again", |c| {
+                condition(c, "Available") == Some("True")
+                    && condition(c, "Stalled") == Some("False")
+            })
+            .await;
+        assert_eq!(c.status.unwrap().policy.unwrap().digest, pinned);
+        registry.stop().await;
+        env.shutdown().await;
+    });
+}
