@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The project's test command (`make test`): formatting, lints, then every
-# test of the workspace inside a private mount namespace (the local kubelet
-# publishes Pod names in a private /etc/hosts there) with real etcd binaries
-# and the real Kubernetes control plane (scripts/ensure-kube.sh).
+# The project's test command (`make test`): formatting, lints, the JS SDK's
+# unit tests, then every test of the workspace inside a private mount
+# namespace (the local kubelet publishes Pod names in a private /etc/hosts
+# there) with real etcd binaries and the real Kubernetes control plane
+# (scripts/ensure-kube.sh). The Python and JavaScript SDK examples and
+# scaffolds are built by the tests with each SDK's build.sh, which installs
+# its pinned tools (componentize-py from PyPI, componentize-js from npm).
 # A missing prerequisite fails the run with a message; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { echo "test.sh: $*" >&2; }
 
-for tool in cargo unshare python3; do
+for tool in cargo unshare python3 node npm; do
   command -v "$tool" >/dev/null 2>&1 || { say "$tool is required but not installed"; exit 1; }
 done
 
@@ -28,6 +31,9 @@ export ETCD_STEWARD_KUBE_DIR="$kube_dir"
 # kubectl and helm from the same build, ahead of any older ones on PATH.
 export PATH="$kube_dir:$PATH"
 say "Kubernetes from $kube_dir: $("$kube_dir/kube-apiserver" --version)"
+
+say "the JavaScript SDK's unit tests"
+policies/js/test.sh
 
 say "cargo test (in a private mount namespace)"
 scripts/in-namespace.sh cargo test --workspace --no-fail-fast "$@"
