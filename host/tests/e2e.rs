@@ -1054,7 +1054,10 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
         // then a fresh time would be stored equal to the old one.
         let old = verified_before.as_ref().unwrap().0;
         let next_second = old + jiff::SignedDuration::from_secs(1);
-        if let Ok(wait) = next_second.duration_since(jiff::Timestamp::now()).try_into() {
+        if let Ok(wait) = next_second
+            .duration_since(jiff::Timestamp::now())
+            .try_into()
+        {
             tokio::time::sleep(wait).await;
         }
         let current = env.clusters().get("liar").await.unwrap();
