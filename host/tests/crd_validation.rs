@@ -15,6 +15,7 @@ struct Crds {
     plane: ControlPlane,
     clusters: Api<DynamicObject>,
     members: Api<DynamicObject>,
+    policies: Api<DynamicObject>,
     _dir: tempfile::TempDir,
 }
 
@@ -39,6 +40,7 @@ async fn applied() -> Crds {
     for name in [
         "etcdclusters.etcd.steward.dev",
         "etcdmembers.etcd.steward.dev",
+        "etcdstatuspolicies.etcd.steward.dev",
     ] {
         established(&api, name).await;
     }
@@ -59,6 +61,10 @@ async fn applied() -> Crds {
             plane.client(),
             "default",
             &resource("EtcdMember", "etcdmembers"),
+        ),
+        policies: Api::all_with(
+            plane.client(),
+            &resource("EtcdStatusPolicy", "etcdstatuspolicies"),
         ),
         plane,
         _dir: dir,
@@ -405,5 +411,76 @@ async fn an_etcdmember_keeps_its_cluster_and_seed_flag() {
         .delete("main-0", &DeleteParams::default())
         .await
         .unwrap();
+    crds.plane.shutdown().await;
+}
+
+/// EtcdStatusPolicy: the digest's form, exactly one source, the limits'
+/// lower bounds.
+#[tokio::test]
+async fn the_status_policy_rules_accept_and_reject_with_their_messages() {
+    let crds = applied().await;
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let policy = |name: &str, spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdStatusPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .unwrap()
+    };
+    for (name, spec) in [
+        (
+            "from-cm",
+            json!({"digest": digest, "source": {"configMap": {"name": "p"}}}),
+        ),
+        (
+            "from-oci",
+            json!({"digest": digest, "source": {"oci": {"reference": "r.example/p:v1", "insecure": true}},
+                   "limits": {"deadlineMilliseconds": 100, "memoryBytes": 65536, "componentBytes": 8, "instances": 1}}),
+        ),
+    ] {
+        crds.policies
+            .create(&PostParams::default(), &policy(name, spec))
+            .await
+            .unwrap();
+    }
+    let cases = [
+        (
+            json!({"digest": "sha256:ABC", "source": {"configMap": {"name": "p"}}}),
+            "spec.digest in body should match '^sha256:[0-9a-f]{64}$'",
+        ),
+        (
+            json!({"digest": digest, "source": {}}),
+            "spec.source needs exactly one of configMap and oci",
+        ),
+        (
+            json!({"digest": digest, "source": {"configMap": {"name": "p"}, "oci": {"reference": "r/p:v1"}}}),
+            "spec.source needs exactly one of configMap and oci",
+        ),
+        (
+            json!({"digest": digest, "source": {"configMap": {"name": ""}}}),
+            "spec.source.configMap.name in body should be at least 1 chars long",
+        ),
+        (
+            json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1"}}, "limits": {"deadlineMilliseconds": 0}}),
+            "spec.limits.deadlineMilliseconds in body should be greater than or equal to 1",
+        ),
+        (
+            json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1"}}, "limits": {"memoryBytes": 1024}}),
+            "spec.limits.memoryBytes in body should be greater than or equal to 65536",
+        ),
+    ];
+    for (spec, expected) in cases {
+        let message = rejected(
+            crds.policies
+                .create(&PostParams::default(), &policy("rejected", spec.clone()))
+                .await,
+        );
+        assert!(
+            message.contains(expected),
+            "creating {spec}: expected {expected:?} in {message:?}"
+        );
+    }
     crds.plane.shutdown().await;
 }

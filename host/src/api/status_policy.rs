@@ -125,20 +125,20 @@ pub struct PolicyLimits {
     /// Wall time of one call into the policy, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub deadline_milliseconds: Option<u32>,
+    pub deadline_milliseconds: Option<i32>,
     /// Linear memory of one evaluation, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 65536))]
-    pub memory_bytes: Option<u64>,
+    pub memory_bytes: Option<i64>,
     /// Size of the component itself, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 8))]
-    pub component_bytes: Option<u64>,
+    pub component_bytes: Option<i64>,
     /// Core WebAssembly instances one evaluation may create (a Rust policy
     /// needs a handful; a Python one built with componentize-py dozens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub instances: Option<u32>,
+    pub instances: Option<i32>,
 }
 
 impl PolicyLimits {
@@ -197,10 +197,10 @@ pub struct DescribedPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectiveLimits {
-    pub deadline_milliseconds: u32,
-    pub memory_bytes: u64,
-    pub component_bytes: u64,
-    pub instances: u32,
+    pub deadline_milliseconds: i64,
+    pub memory_bytes: i64,
+    pub component_bytes: i64,
+    pub instances: i64,
 }
 
 impl EtcdStatusPolicyStatus {
