@@ -35,3 +35,9 @@ scripts/ensure-etcd.sh >/dev/null
 command -v go >/dev/null 2>&1 || [ -n "${KUBE_BIN_DIR:-}" ] || {
   say "go is required to build the Kubernetes binaries (or set KUBE_BIN_DIR to existing ones)"; exit 1; }
 scripts/ensure-kube.sh >/dev/null
+
+# 5. The policy SDKs' pinned build tools (componentize-py from PyPI into a
+#    venv, componentize-js from npm), into the cache: the tests that build
+#    the SDKs' examples and scaffolds run in a namespace without DNS.
+policies/python/build.sh --tools
+policies/js/build.sh --tools

@@ -47,6 +47,10 @@ fn author_cargo(dir: &Path, args: &[&str]) -> Output {
         }
     }
     cmd.env("CARGO_TARGET_DIR", scaffold_target_dir());
+    // `make test` runs this in a namespace without DNS: the crates come
+    // from the local cache the workspace build filled (the scaffold's are
+    // a subset of the workspace's).
+    cmd.env("CARGO_NET_OFFLINE", "true");
     cmd.output().expect("cargo runs")
 }
 

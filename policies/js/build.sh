@@ -2,6 +2,7 @@
 # Builds a JS status policy into a WebAssembly component:
 #
 #   policies/js/build.sh OUT.wasm [POLICY_DIR]     (default: examples/db-headroom)
+#   policies/js/build.sh --tools                   (only install the pinned tools)
 #
 # POLICY_DIR holds policy.js. It imports the SDK either from ./sdk/ beside it
 # (a project written by `etcd-steward policy new --lang js`) or from this
@@ -13,8 +14,15 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# --tools: only install the pinned tools (`make test` does, before its tests
+# run where the network may not be).
+if [ "${1:-}" = --tools ]; then
+  . "$here/scripts/tools.sh"
+  steward_js_tools "$here" >/dev/null
+  exit 0
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 OUT.wasm [POLICY_DIR]" >&2
+  echo "usage: $0 OUT.wasm [POLICY_DIR] | $0 --tools" >&2
   exit 2
 fi
 mkdir -p "$(dirname "$1")"

@@ -3,10 +3,12 @@
 #
 #   build.sh OUT.wasm [POLICY_DIR]
 #   build.sh --bindings DIR [POLICY_DIR]
+#   build.sh --tools
 #
 # The second form only writes componentize-py's generated Python bindings
 # (the wit_world and componentize_py_types modules steward_policy imports)
-# to DIR, for type checkers, IDEs and native unit tests.
+# to DIR, for type checkers, IDEs and native unit tests. The third only
+# installs the pinned tools.
 #
 # POLICY_DIR holds app.py, whose module-level `Policy` class is the export
 # (see README.md). Default: this script's directory when it holds app.py (a
@@ -29,43 +31,7 @@ set -euo pipefail
 die() { echo "build.sh: $*" >&2; exit 1; }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-usage="usage: build.sh OUT.wasm [POLICY_DIR] | build.sh --bindings DIR [POLICY_DIR]"
-bindings=
-if [ "${1:-}" = --bindings ]; then
-    [ $# -ge 2 ] || die "$usage"
-    bindings=$2
-    shift
-fi
-[ $# -ge 1 ] && [ $# -le 2 ] || die "$usage"
-out=$1
-if [ $# -eq 2 ]; then
-    dir=$2
-elif [ -f "$here/app.py" ]; then
-    dir=$here
-else
-    dir=$here/examples/voters-down
-fi
-[ -f "$dir/app.py" ] || die "$dir/app.py not found: POLICY_DIR must hold the policy's app.py"
-dir=$(cd "$dir" && pwd)
-
-# The contract: the project's own copy of wit/ (a scaffolded project is
-# self-contained), else the repository's.
-wit=
-for candidate in "$dir/wit" "$here/wit" "$here/../../wit"; do
-    if [ -f "$candidate/status-policy.wit" ]; then
-        wit=$(cd "$candidate" && pwd)
-        break
-    fi
-done
-[ -n "$wit" ] || die "no wit/status-policy.wit beside $dir/app.py or in the repository"
-
-# The SDK: steward_policy/ beside app.py wins, else the copy beside this script.
-sdk=$dir
-if [ ! -d "$dir/steward_policy" ]; then
-    [ -d "$here/steward_policy" ] || die "steward_policy/ not found beside $dir/app.py or $here"
-    sdk=$here
-fi
-
+usage="usage: build.sh OUT.wasm [POLICY_DIR] | build.sh --bindings DIR [POLICY_DIR] | build.sh --tools"
 command -v python3 >/dev/null || die "python3 is required"
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' || die "python3 >= 3.9 is required"
 
@@ -100,6 +66,48 @@ try:
     os.rename(sys.argv[1], sys.argv[2])
 except OSError:
     pass' "$tmp" "$venv"
+fi
+
+# --tools: only install the pinned tools (`make test` does, before its tests
+# run where the network may not be).
+if [ "${1:-}" = --tools ]; then
+    exit 0
+fi
+
+bindings=
+if [ "${1:-}" = --bindings ]; then
+    [ $# -ge 2 ] || die "$usage"
+    bindings=$2
+    shift
+fi
+[ $# -ge 1 ] && [ $# -le 2 ] || die "$usage"
+out=$1
+if [ $# -eq 2 ]; then
+    dir=$2
+elif [ -f "$here/app.py" ]; then
+    dir=$here
+else
+    dir=$here/examples/voters-down
+fi
+[ -f "$dir/app.py" ] || die "$dir/app.py not found: POLICY_DIR must hold the policy's app.py"
+dir=$(cd "$dir" && pwd)
+
+# The contract: the project's own copy of wit/ (a scaffolded project is
+# self-contained), else the repository's.
+wit=
+for candidate in "$dir/wit" "$here/wit" "$here/../../wit"; do
+    if [ -f "$candidate/status-policy.wit" ]; then
+        wit=$(cd "$candidate" && pwd)
+        break
+    fi
+done
+[ -n "$wit" ] || die "no wit/status-policy.wit beside $dir/app.py or in the repository"
+
+# The SDK: steward_policy/ beside app.py wins, else the copy beside this script.
+sdk=$dir
+if [ ! -d "$dir/steward_policy" ]; then
+    [ -d "$here/steward_policy" ] || die "steward_policy/ not found beside $dir/app.py or $here"
+    sdk=$here
 fi
 
 # Through the venv's python rather than the console script, whose shebang
