@@ -207,12 +207,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
             previous_conditions: crate::conditions::previous_conditions(&status.conditions),
         },
         now: now.as_millisecond(),
-        settings: cluster
-            .spec
-            .status_policy
-            .as_ref()
-            .and_then(|p| p.settings.as_ref())
-            .map_or_else(|| "{}".to_owned(), |s| s.to_string()),
+        settings: settings_text(cluster),
     };
 
     Observed {
@@ -337,4 +332,15 @@ fn policy_member(
         last_termination: m.pod.last_termination.clone(),
         pod_deleting: m.pod.deleting,
     }
+}
+
+/// `spec.statusPolicy.settings` as the JSON text a policy receives (`{}`
+/// when unset).
+pub fn settings_text(cluster: &EtcdCluster) -> String {
+    cluster
+        .spec
+        .status_policy
+        .as_ref()
+        .and_then(|p| p.settings.as_ref())
+        .map_or_else(|| "{}".to_owned(), |s| s.to_string())
 }

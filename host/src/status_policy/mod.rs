@@ -31,7 +31,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::policy::catalog::{Entry, LoadFailure, LoadKey};
 use crate::policy::source::{self, FetchError};
-use crate::policy::{Limits, digest};
+use crate::policy::{Limits, LoadedPolicy, digest};
 
 /// What the policy controller reads besides the shared context.
 pub struct PolicyContext {
@@ -61,6 +61,9 @@ pub async fn reconcile_policy(
         .get(&name)
         .is_none_or(|old| !same(&old, &entry));
     if changed {
+        if let Entry::Running { policy: loaded, .. } = &entry {
+            check_settings(&pctx, &name, loaded).await;
+        }
         ctx.policies.catalog.set(&name, entry.clone());
         if let Entry::Failed { failure, .. } = &entry {
             publish(ctx, &policy, failure).await;
@@ -84,6 +87,32 @@ pub async fn reconcile_policy(
         Entry::Failed { failure, .. } if failure.transient => Action::requeue(RETRY_FETCH),
         _ => Action::requeue(RECOUNT),
     })
+}
+
+/// Runs the new version's validate-settings on the settings of every
+/// cluster that selects it, before the swap: the answers are remembered
+/// (per digest and settings), so the clusters' first reconciles with the
+/// new version evaluate at once, and a version that refuses a cluster's
+/// settings says so in that cluster's first status after the swap.
+async fn check_settings(pctx: &PolicyContext, name: &str, loaded: &Arc<LoadedPolicy>) {
+    let settings: Vec<String> = pctx
+        .clusters
+        .state()
+        .iter()
+        .filter(|c| selects(c, name))
+        .map(|c| crate::cluster::observe::settings_text(c))
+        .collect();
+    let ctx = pctx.ctx.clone();
+    let loaded = loaded.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        for text in settings {
+            let _ = ctx.policies.validate_settings(&loaded, &text);
+        }
+    })
+    .await;
+    if let Err(e) = checked {
+        tracing::warn!(error = %e, "checking settings against a new policy version failed");
+    }
 }
 
 /// Whether a cluster runs the named EtcdStatusPolicy.
@@ -127,16 +156,19 @@ fn same(a: &Entry, b: &Entry) -> bool {
 fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
     let spec = &policy.spec.limits;
     Limits {
-        deadline: spec
-            .deadline_milliseconds
-            .map_or(defaults.deadline, |ms| Duration::from_millis(ms.into())),
+        // The schema's minimums keep these positive.
+        deadline: spec.deadline_milliseconds.map_or(defaults.deadline, |ms| {
+            Duration::from_millis(ms.max(1) as u64)
+        }),
         memory_bytes: spec
             .memory_bytes
-            .map_or(defaults.memory_bytes, |b| b as usize),
+            .map_or(defaults.memory_bytes, |b| b.max(0) as usize),
         component_bytes: spec
             .component_bytes
-            .map_or(defaults.component_bytes, |b| b as usize),
-        instances: spec.instances.unwrap_or(defaults.instances),
+            .map_or(defaults.component_bytes, |b| b.max(0) as usize),
+        instances: spec
+            .instances
+            .map_or(defaults.instances, |n| n.max(1) as u32),
     }
 }
 
@@ -348,10 +380,10 @@ fn next_status(
         limits: running.map(|p| {
             let l = p.limits();
             EffectiveLimits {
-                deadline_milliseconds: l.deadline.as_millis() as u32,
-                memory_bytes: l.memory_bytes as u64,
-                component_bytes: l.component_bytes as u64,
-                instances: l.instances,
+                deadline_milliseconds: l.deadline.as_millis() as i64,
+                memory_bytes: l.memory_bytes as i64,
+                component_bytes: l.component_bytes as i64,
+                instances: l.instances.into(),
             }
         }),
         clusters,
