@@ -632,10 +632,13 @@ async fn a_held_pod_stays_pending_until_released_and_a_running_one_is_untouched(
             .is_some_and(|m| m.contains("held"))
     })
     .await;
-    assert_eq!(phase(&held), "Pending");
+    let shown = |p: &Pod| serde_json::to_string_pretty(&p.status).unwrap();
+    assert_eq!(phase(&held), "Pending", "{}", shown(&held));
     assert_eq!(
         container(&held)["state"]["waiting"]["reason"],
-        "ContainerCreating"
+        "ContainerCreating",
+        "{}",
+        shown(&held)
     );
     assert!(
         kubelet
@@ -643,21 +646,29 @@ async fn a_held_pod_stays_pending_until_released_and_a_running_one_is_untouched(
             .unwrap()
             .pid
             .is_none(),
-        "a held Pod has no process"
+        "a held Pod has no process: {:?}",
+        kubelet.pod(&c.namespace, &c.member(1))
     );
 
     // Holding a running Pod's name does not stop it.
     kubelet.hold_starts(&c.namespace, &c.member(0));
     let running = kubelet.pod(&c.namespace, &c.member(0)).unwrap().pid;
-    assert!(running.is_some());
+    assert!(
+        running.is_some(),
+        "{:?}",
+        kubelet.pod(&c.namespace, &c.member(0))
+    );
     kubelet.release_starts(&c.namespace, &c.member(1));
     wait_pod(&api, &c.member(1), "Running after release", |p| {
         phase(p) == "Running"
     })
     .await;
+    let first = api.get(&c.member(0)).await.unwrap();
     assert_eq!(
         kubelet.pod(&c.namespace, &c.member(0)).unwrap().pid,
-        running
+        running,
+        "the running Pod kept its process; its status now: {}",
+        shown(&first)
     );
     plane.finish(&[&c]).await;
 }
