@@ -804,6 +804,29 @@ fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
                     && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")),
             "a Warning Event names the policy failure"
         );
+        // A ConfigMap in the cluster's namespace is the deprecated form: it
+        // still runs, the status says where it came from, and one Warning
+        // says it is deprecated.
+        let source = &c.status.as_ref().unwrap().policy.as_ref().unwrap().source;
+        assert!(
+            source.starts_with("ConfigMap default/chaos (deprecated"),
+            "{source}"
+        );
+        let deprecations: Vec<_> = list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("DeprecatedPolicySource"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken"))
+            .collect();
+        assert_eq!(deprecations.len(), 1, "{deprecations:?}");
+        assert_eq!(deprecations[0].type_.as_deref(), Some("Warning"));
+        assert!(
+            deprecations[0]
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("v1alpha2")),
+            "{deprecations:?}"
+        );
 
         // Settings the policy's validate-settings rejects are never
         // evaluated: the host's fallback, Stalled for a human to fix.

@@ -82,6 +82,14 @@ pub struct Evaluated {
 }
 
 impl Evaluated {
+    /// The same, with a notice to publish once (it was claimed already).
+    fn noting(self, deprecation: Option<String>) -> Self {
+        Self {
+            deprecation,
+            ..self
+        }
+    }
+
     fn fallback(observed: Observed, policy: PolicyStatus, problem: PolicyProblem) -> Self {
         Evaluated {
             verdict: fallback_verdict(&problem.message()),
@@ -144,7 +152,7 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
             policy: status.name.clone(),
             message,
         };
-        return Evaluated::fallback(observed, status, problem);
+        return Evaluated::fallback(observed, status, problem).noting(deprecation);
     }
 
     // wasmtime-wasi's synchronous bindings block on the runtime, which must
@@ -162,13 +170,13 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
     };
     ctx.metrics.observe_policy(evaluation.error.as_ref());
     if let Some(e) = evaluation.error {
-        return Evaluated::fallback(observed, status, PolicyProblem::Failed(e));
+        return Evaluated::fallback(observed, status, PolicyProblem::Failed(e)).noting(deprecation);
     }
     let quorum = quorum::confirmed_in(&observed.observation.probing);
     if let (true, Err(why)) = (evaluation.verdict.verified, &quorum) {
         let problem = PolicyProblem::UnconfirmedVerification { why: why.clone() };
         ctx.metrics.count_rejected_verdict();
-        return Evaluated::fallback(observed, status, problem);
+        return Evaluated::fallback(observed, status, problem).noting(deprecation);
     }
     Evaluated {
         verdict: evaluation.verdict,

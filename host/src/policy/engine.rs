@@ -133,15 +133,18 @@ struct Inner {
     _ticker: mpsc::Sender<()>,
 }
 
+/// A component's digest and the limits it was loaded under.
+type LoadedKey = (String, Limits);
+
 /// Compiles components and remembers them by digest.
 struct Loader {
     engine: Engine,
     linker: Linker<HostState>,
     config: EngineConfig,
     tick: Duration,
-    compiled: Mutex<HashMap<String, InstancePre<HostState>>>,
+    compiled: Mutex<HashMap<String, Kept<InstancePre<HostState>>>>,
     /// Loaded policies by (digest, limits): what a second load returns.
-    loaded: Mutex<HashMap<(String, Limits), Arc<LoadedPolicy>>>,
+    loaded: Mutex<HashMap<LoadedKey, Kept<Arc<LoadedPolicy>>>>,
     /// `cache_dir/<engine fingerprint>`, when on-disk caching is on.
     disk: Option<PathBuf>,
 }
@@ -228,6 +231,13 @@ impl PolicyEngine {
     pub fn maximum(&self) -> &Limits {
         &self.inner.loader.config.maximum
     }
+
+    /// Lets go of compiled and loaded versions that nothing holds and that
+    /// have not been asked for in ten minutes (what hot reloads leave
+    /// behind); the disk cache keeps them.
+    pub fn forget_unused(&self) {
+        self.inner.loader.forget_unused(IDLE);
+    }
 }
 
 /// sha256 of a component's bytes, lowercase hex: the one name of a policy
@@ -247,8 +257,8 @@ impl Loader {
         }
         let digest = digest(bytes);
         let key = (digest.clone(), limits.clone());
-        if let Some(hit) = lock(&self.loaded).get(&key) {
-            return Ok(hit.clone());
+        if let Some(hit) = lock(&self.loaded).get_mut(&key) {
+            return Ok(hit.use_now().clone());
         }
         let pre = self.compiled(bytes, &digest)?;
         let ticks = limits.deadline.as_nanos().div_ceil(self.tick.as_nanos()) as u64 + 1;
@@ -268,15 +278,27 @@ impl Loader {
             digest = %policy.digest,
             "loaded a status policy"
         );
-        lock(&self.loaded).insert(key, policy.clone());
+        lock(&self.loaded).insert(key, Kept::new(policy.clone()));
         Ok(policy)
+    }
+
+    /// Drops what no one has used for [`IDLE`] and no one holds: the
+    /// versions a hot reload replaced. A policy in the catalog, or the
+    /// embedded one, is held and stays; a ConfigMap policy of the
+    /// deprecated form is loaded on every reconcile, so it stays used.
+    fn forget_unused(&self, idle: Duration) {
+        let mut loaded = lock(&self.loaded);
+        loaded.retain(|_, kept| Arc::strong_count(&kept.value) > 1 || !kept.idle(idle));
+        let live: Vec<String> = loaded.keys().map(|(digest, _)| digest.clone()).collect();
+        drop(loaded);
+        lock(&self.compiled).retain(|digest, kept| live.contains(digest) || !kept.idle(idle));
     }
 
     /// The pre-instantiated component of these bytes: from memory, from the
     /// disk cache, or compiled now (and then kept in both).
     fn compiled(&self, bytes: &[u8], digest: &str) -> Result<InstancePre<HostState>, PolicyError> {
-        if let Some(hit) = lock(&self.compiled).get(digest) {
-            return Ok(hit.clone());
+        if let Some(hit) = lock(&self.compiled).get_mut(digest) {
+            return Ok(hit.use_now().clone());
         }
         if !is_component(bytes) {
             return Err(PolicyError::Load(not_a_component(bytes)));
@@ -295,7 +317,7 @@ impl Loader {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| PolicyError::Load(wasm_error(&e)))?;
-        lock(&self.compiled).insert(digest.to_owned(), pre.clone());
+        lock(&self.compiled).insert(digest.to_owned(), Kept::new(pre.clone()));
         Ok(pre)
     }
 
@@ -331,6 +353,33 @@ impl Loader {
         if let Err(e) = write() {
             tracing::warn!(dir = %dir.display(), error = %e, "could not keep a compiled policy");
         }
+    }
+}
+
+/// How long a compiled or loaded policy nobody holds is kept for a reload.
+const IDLE: Duration = Duration::from_secs(600);
+
+/// A cached value and when it was last asked for.
+struct Kept<T> {
+    value: T,
+    used: std::time::Instant,
+}
+
+impl<T> Kept<T> {
+    fn new(value: T) -> Self {
+        Self {
+            value,
+            used: std::time::Instant::now(),
+        }
+    }
+
+    fn use_now(&mut self) -> &T {
+        self.used = std::time::Instant::now();
+        &self.value
+    }
+
+    fn idle(&self, after: Duration) -> bool {
+        self.used.elapsed() >= after
     }
 }
 
@@ -454,4 +503,51 @@ fn not_a_component(bytes: &[u8]) -> String {
 /// message or a CLI error.
 pub(super) fn wasm_error(e: &wasmtime::Error) -> String {
     crate::text::one_line(&format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version a reload replaced goes; one the catalog holds stays, and
+    /// so does the embedded default.
+    #[test]
+    fn versions_nothing_holds_are_forgotten_and_held_ones_kept() {
+        let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+        let loader = &engine.inner.loader;
+        let limits = |ms| Limits {
+            deadline: Duration::from_millis(ms),
+            ..Limits::default()
+        };
+        let held = engine
+            .load_with(embedded::DEFAULT_POLICY_WASM, &limits(60))
+            .unwrap();
+        drop(
+            engine
+                .load_with(embedded::DEFAULT_POLICY_WASM, &limits(70))
+                .unwrap(),
+        );
+        assert_eq!(lock(&loader.loaded).len(), 3);
+
+        loader.forget_unused(Duration::from_secs(3600));
+        assert_eq!(lock(&loader.loaded).len(), 3, "used a moment ago");
+        loader.forget_unused(Duration::ZERO);
+        let kept: Vec<u128> = lock(&loader.loaded)
+            .keys()
+            .map(|(_, l)| l.deadline.as_millis())
+            .collect();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert!(!kept.contains(&70), "{kept:?}");
+        assert!(Arc::ptr_eq(
+            &held,
+            &engine
+                .load_with(embedded::DEFAULT_POLICY_WASM, &limits(60))
+                .unwrap()
+        ));
+        assert_eq!(
+            lock(&loader.compiled).len(),
+            1,
+            "the digest is still in use"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt};
 
 use super::catalog::{Catalog, Entry, LoadFailure};
 use super::{LoadedPolicy, PolicyEngine, PolicyError};
-use crate::api::{EtcdCluster, EtcdStatusPolicy, POLICY_CONFIGMAP_KEY};
+use crate::api::{ConfigMapPolicySource, EtcdCluster, EtcdStatusPolicy, POLICY_CONFIGMAP_KEY};
 
 /// How long a reconcile waits for a policy's first load (the operator
 /// started a moment ago, or the policy was just created) before it writes
@@ -156,15 +156,16 @@ impl Policies {
                 let (namespace, name) = at();
                 ResolveError::NotFound { namespace, name }
             })?;
-        let bytes = cm
-            .binary_data
-            .as_ref()
-            .and_then(|d| d.get(POLICY_CONFIGMAP_KEY))
-            .ok_or_else(|| {
+        let source = ConfigMapPolicySource {
+            name: name.to_owned(),
+            key: Some(POLICY_CONFIGMAP_KEY.to_owned()),
+        };
+        let (bytes, _) =
+            super::source::from_config_map(Some(&cm), &namespace, &source).map_err(|_| {
                 let (namespace, name) = at();
                 ResolveError::NoComponent { namespace, name }
             })?;
-        let policy = self.engine.load(&bytes.0).map_err(|source| {
+        let policy = self.engine.load(&bytes).map_err(|source| {
             let (namespace, name) = at();
             ResolveError::Load {
                 namespace,

@@ -70,6 +70,8 @@ pub async fn reconcile_policy(
         }
     }
 
+    // Versions replaced by earlier reloads go once nothing uses them.
+    ctx.policies.engine().forget_unused();
     let clusters = pctx
         .clusters
         .state()
