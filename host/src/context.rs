@@ -108,7 +108,7 @@ where
 pub struct Context {
     pub client: Client,
     pub etcd: Arc<dyn EtcdApi>,
-    pub policies: Policies,
+    pub policies: Arc<Policies>,
     pub recorder: Recorder,
     pub stores: Stores,
     pub config: OperatorConfig,
@@ -254,7 +254,7 @@ impl Context {
         };
         Ok(Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
-            policies: Policies::new(engine, client.clone()),
+            policies: Arc::new(Policies::new(engine, client.clone())),
             client,
             etcd,
             stores: Stores {
@@ -293,7 +293,7 @@ impl Context {
         };
         let ctx = Context {
             recorder: Recorder::new(client.clone(), reporter),
-            policies: Policies::new(engine, client.clone()),
+            policies: Arc::new(Policies::new(engine, client.clone())),
             client,
             etcd,
             stores: Stores {

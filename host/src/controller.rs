@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
@@ -50,6 +50,21 @@ fn policies_using(
         .collect()
 }
 
+/// What a cluster that selects the policy gets from it: the pin, and the
+/// outcome of its last load (the running digest, or why none runs).
+fn policy_outcome(policy: &EtcdStatusPolicy) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    policy.metadata.generation.hash(&mut h);
+    if let Some(status) = &policy.status {
+        status.digest.hash(&mut h);
+        if let Some(ready) = status.condition(crate::conditions::READY) {
+            (&ready.status, &ready.reason, &ready.message).hash(&mut h);
+        }
+    }
+    Some(h.finish())
+}
+
 /// Runs the controllers on `ctx` until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
@@ -80,34 +95,16 @@ pub async fn run(
     )
     .run(crate::member::reconcile_member, error_policy, ctx.clone())
     .for_each(|_| futures::future::ready(()));
-    // A deleted cluster's metrics go with it (a reconcile never sees it).
-    let prune = {
-        let store = clusters_store.clone();
-        let metrics = ctx.metrics.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                let live = store
-                    .state()
-                    .iter()
-                    .map(|c| crate::metrics::ClusterLabels {
-                        namespace: c.namespace().unwrap_or_default(),
-                        name: c.name_any(),
-                    })
-                    .collect();
-                metrics.retain_clusters(&live);
-            }
-        }
-    };
-    // Policies: their ConfigMaps and pull Secrets are watched by metadata
-    // only (the reconcile reads the one it needs), so no Secret data flows
-    // through this process unless a policy names it.
+    // Policies: their ConfigMaps are watched by metadata only (the
+    // reconcile reads the one it needs). Pull Secrets are not watched at
+    // all: the operator may only `get` the one a policy names, and a
+    // policy that failed is tried again every minute.
     let policy_ns = ctx.config.policy_namespace.clone();
     let pctx = Arc::new(PolicyContext {
         ctx: ctx.clone(),
         clusters: clusters_store.clone(),
         namespace: policy_ns.clone(),
+        compiling: tokio::sync::Mutex::new(()),
     });
     let policy_ctl = Controller::new(
         Api::<EtcdStatusPolicy>::all(client.clone()),
@@ -115,46 +112,72 @@ pub async fn run(
     );
     let policy_store = policy_ctl.store();
     let policy_ctl = {
-        let (by_cm, by_secret) = (policy_store.clone(), policy_store.clone());
+        let by_cm = policy_store.clone();
         let configmaps = watcher(
             Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), &policy_ns),
             watcher::Config::default(),
         )
         .default_backoff()
         .touched_objects();
-        let secrets = watcher(
-            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &policy_ns),
+        // Only a cluster's spec changes which policy it selects; its status
+        // writes do not.
+        let selections = watcher(
+            api_for::<EtcdCluster>(&client, scope),
             watcher::Config::default(),
         )
         .default_backoff()
-        .touched_objects();
+        .touched_objects()
+        .predicate_filter(predicates::generation, Default::default());
         policy_ctl
             .watches_stream(configmaps, move |cm: PartialObjectMeta<ConfigMap>| {
                 policies_using(&by_cm, &cm.name_any(), |p| {
                     p.spec.source.config_map.as_ref().map(|c| c.name.as_str())
                 })
             })
-            .watches_stream(secrets, move |s: PartialObjectMeta<Secret>| {
-                policies_using(&by_secret, &s.name_any(), |p| {
-                    p.spec
-                        .source
-                        .oci
-                        .as_ref()
-                        .and_then(|o| o.pull_secret.as_deref())
-                })
-            })
             // A cluster that starts selecting a policy changes its count.
-            .watches(
-                api_for::<EtcdCluster>(&client, scope),
-                watcher::Config::default(),
-                |cluster: EtcdCluster| {
-                    let name = cluster.spec.status_policy?.name?;
-                    Some(ObjectRef::new(&name))
-                },
-            )
+            .watches_stream(selections, |cluster: EtcdCluster| {
+                let name = cluster.spec.status_policy?.name?;
+                Some(ObjectRef::new(&name))
+            })
             .run(reconcile_policy, policy_error_policy, pctx)
             .for_each(|_| futures::future::ready(()))
     };
+
+    // What a reconcile never sees: a deleted cluster's metrics, a deleted
+    // policy's catalog entry, and versions a reload replaced.
+    let prune = {
+        let clusters = clusters_store.clone();
+        let policies = policy_store.clone();
+        let ctx = ctx.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                let live = clusters
+                    .state()
+                    .iter()
+                    .map(|c| crate::metrics::ClusterLabels {
+                        namespace: c.namespace().unwrap_or_default(),
+                        name: c.name_any(),
+                    })
+                    .collect();
+                ctx.metrics.retain_clusters(&live);
+                if policies.wait_until_ready().await.is_ok() {
+                    let names: Vec<String> =
+                        policies.state().iter().map(|p| p.name_any()).collect();
+                    ctx.policies.catalog.retain(&names);
+                }
+                ctx.policies.engine().forget_unused();
+            }
+        }
+    };
+    let policies_changed = watcher(
+        Api::<EtcdStatusPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .predicate_filter(policy_outcome, Default::default());
 
     let cluster_ctl = Controller::for_stream(clusters, clusters_store.clone())
         .owns(
@@ -170,21 +193,18 @@ pub async fn run(
             let cluster = pod.labels().get("app.kubernetes.io/instance")?.clone();
             Some(ObjectRef::new(&cluster).within(&pod.namespace()?))
         })
-        // A policy's status moves after each swap of its version: the
-        // clusters that select it are evaluated with the new one at once.
-        .watches(
-            Api::<EtcdStatusPolicy>::all(client.clone()),
-            watcher::Config::default(),
-            move |policy: EtcdStatusPolicy| {
-                let name = policy.name_any();
-                clusters_store
-                    .state()
-                    .iter()
-                    .filter(|c| selects(c, &name))
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        // A policy's pin or outcome moved (a new version swapped in, or
+        // one that cannot run): the clusters that select it are evaluated
+        // at once. Its cluster count alone moving is no reason.
+        .watches_stream(policies_changed, move |policy: EtcdStatusPolicy| {
+            let name = policy.name_any();
+            clusters_store
+                .state()
+                .iter()
+                .filter(|c| selects(c, &name))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .run(crate::cluster::reconcile_cluster, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
 

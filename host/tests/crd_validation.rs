@@ -463,6 +463,10 @@ async fn the_status_policy_rules_accept_and_reject_with_their_messages() {
             "spec.source.configMap.name in body should be at least 1 chars long",
         ),
         (
+            json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1", "insecure": true, "pullSecret": "creds"}}}),
+            "a pullSecret's credentials would travel over plain HTTP with insecure: true",
+        ),
+        (
             json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1"}}, "limits": {"deadlineMilliseconds": 0}}),
             "spec.limits.deadlineMilliseconds in body should be greater than or equal to 1",
         ),

@@ -99,7 +99,11 @@ pub struct ConfigMapPolicySource {
     pub key: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(
+    validation = Rule::new("!(has(self.insecure) && self.insecure && has(self.pullSecret))")
+        .message("spec.source.oci: a pullSecret's credentials would travel over plain HTTP with insecure: true; use a registry with TLS")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct OciPolicySource {
     /// `registry/repository:tag` or `registry/repository@sha256:...` (the
@@ -108,7 +112,8 @@ pub struct OciPolicySource {
     #[schemars(length(min = 1))]
     pub reference: String,
     /// Speak plain HTTP to the registry (a registry inside the cluster
-    /// without TLS). The digest pin still guards the content.
+    /// without TLS), as Flux's OCIRepository `insecure` does. The digest pin
+    /// still guards the content; a pullSecret is refused with it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
     /// A Secret of type kubernetes.io/dockerconfigjson in the operator's

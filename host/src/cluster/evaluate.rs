@@ -122,9 +122,7 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
                 name: named.clone().unwrap_or_default(),
                 version: String::new(),
                 digest: String::new(),
-                source: named
-                    .map(|n| format!("EtcdStatusPolicy {n}"))
-                    .unwrap_or_default(),
+                source: e.source(),
             };
             return Evaluated::fallback(observed, status, PolicyProblem::Unavailable(e));
         }
@@ -144,15 +142,34 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         source,
     };
 
-    if let Err(message) = ctx
-        .policies
-        .validate_settings(&policy, &observed.observation.settings)
-    {
-        let problem = PolicyProblem::InvalidSettings {
-            policy: status.name.clone(),
-            message,
-        };
-        return Evaluated::fallback(observed, status, problem).noting(deprecation);
+    // validate-settings runs on a blocking thread too (see below); its
+    // answer is remembered per (digest, settings), so this is rare.
+    // Held through validate-settings and evaluate: one pooled instance slot.
+    let _slot = ctx.policies.slot().await;
+    let checked = {
+        let (loaded, settings) = (policy.clone(), observed.observation.settings.clone());
+        let policies = ctx.policies.clone();
+        tokio::task::spawn_blocking(move || policies.validate_settings(&loaded, &settings)).await
+    };
+    match checked {
+        Ok(Ok(())) => {}
+        Ok(Err(PolicyError::Settings(message))) => {
+            let problem = PolicyProblem::InvalidSettings {
+                policy: status.name.clone(),
+                message,
+            };
+            return Evaluated::fallback(observed, status, problem).noting(deprecation);
+        }
+        Ok(Err(e)) => {
+            ctx.metrics.observe_policy(Some(&e));
+            return Evaluated::fallback(observed, status, PolicyProblem::Failed(e))
+                .noting(deprecation);
+        }
+        Err(join) => {
+            let e = PolicyError::Trap(format!("the settings check thread failed: {join}"));
+            return Evaluated::fallback(observed, status, PolicyProblem::Failed(e))
+                .noting(deprecation);
+        }
     }
 
     // wasmtime-wasi's synchronous bindings block on the runtime, which must

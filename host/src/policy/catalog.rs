@@ -4,10 +4,10 @@
 //! whole; cluster reconciles only read it.
 //!
 //! Each entry is the outcome of the last load: a policy that runs, or why
-//! none does. A new version that fails to load replaces the old one with
-//! its failure: the old component no longer matches the pin, so running it
-//! would put a verdict in the status from a policy that is not the one
-//! configured.
+//! none does, with the pin it was loaded under. A reader asks for the
+//! current pin and gets nothing else: while a new pin loads, the old
+//! version does not run (it no longer matches the pin), and a new version
+//! that fails to load replaces the old one with its failure.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -76,20 +76,20 @@ impl Catalog {
         self.changed.send_modify(|n| *n += 1);
     }
 
-    pub fn remove(&self, name: &str) {
-        if self.lock().remove(name).is_some() {
-            self.changed.send_modify(|n| *n += 1);
-        }
+    /// Keeps only the entries of these policies (the others were deleted).
+    pub fn retain(&self, names: &[String]) {
+        self.lock().retain(|name, _| names.contains(name));
     }
 
-    /// The entry for `name`, waiting up to `patience` for a first load to
-    /// finish (at startup, or for a policy created a moment ago). `None`
-    /// after that: still loading.
-    pub async fn wait_for(&self, name: &str, patience: Duration) -> Option<Entry> {
+    /// The entry for `name` loaded under `pin`, waiting up to `patience` for
+    /// that load to finish (at startup, for a policy created a moment ago,
+    /// or a new pin being fetched and compiled). `None` after that: still
+    /// loading. An entry under another pin is never returned: it may not run.
+    pub async fn wait_for(&self, name: &str, pin: &str, patience: Duration) -> Option<Entry> {
         let mut changes = self.changed.subscribe();
         let wait = async {
             loop {
-                if let Some(entry) = self.get(name) {
+                if let Some(entry) = self.get(name).filter(|e| e.key().digest == pin) {
                     return entry;
                 }
                 if changes.changed().await.is_err() {

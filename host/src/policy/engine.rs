@@ -25,8 +25,8 @@ use super::{PolicyError, embedded};
 pub struct Limits {
     /// Wall time for one call into the policy (instantiation included).
     pub deadline: Duration,
-    /// The size each of the component's linear memories may grow to, in
-    /// bytes.
+    /// Linear memory of one evaluation, all the component's memories
+    /// together, in bytes.
     pub memory_bytes: usize,
     /// The component's size, in bytes.
     pub component_bytes: usize,
@@ -97,9 +97,10 @@ pub struct EngineConfig {
     pub maximum: Limits,
     /// Wasm stack per call, in bytes.
     pub stack_bytes: usize,
-    /// Evaluations that may run at the same moment. The pooling allocator
-    /// reserves this many instance slots up front; one more concurrent
-    /// evaluation fails to instantiate (and gets the fallback verdict).
+    /// Evaluations that may run at the same moment: the pooling allocator
+    /// reserves this many instance slots, and the operator queues further
+    /// evaluations rather than run them (so at most this many times a
+    /// policy's memory is in use for evaluations).
     pub concurrent_evaluations: u32,
     /// Where compiled components are kept between processes. Only this
     /// process should write there: a compiled component is native code and
@@ -113,7 +114,7 @@ impl Default for EngineConfig {
             defaults: Limits::default(),
             maximum: Limits::default_maximum(),
             stack_bytes: 512 << 10,
-            concurrent_evaluations: 32,
+            concurrent_evaluations: 8,
             cache_dir: None,
         }
     }
@@ -165,7 +166,14 @@ impl PolicyEngine {
         let disk = config
             .cache_dir
             .as_ref()
-            .map(|dir| dir.join(engine_fingerprint(&engine)));
+            .map(|dir| dir.join(engine_fingerprint(&engine)))
+            .and_then(|dir| match private_dir(&dir) {
+                Ok(()) => Some(dir),
+                Err(why) => {
+                    tracing::warn!(dir = %dir.display(), "not caching compiled policies on disk: {why}");
+                    None
+                }
+            });
 
         let loader = Loader {
             engine,
@@ -230,6 +238,11 @@ impl PolicyEngine {
 
     pub fn maximum(&self) -> &Limits {
         &self.inner.loader.config.maximum
+    }
+
+    /// How many evaluations the pool has room for at once.
+    pub fn concurrent_evaluations(&self) -> usize {
+        self.inner.loader.config.concurrent_evaluations.max(1) as usize
     }
 
     /// Lets go of compiled and loaded versions that nothing holds and that
@@ -327,10 +340,16 @@ impl Loader {
             return None;
         }
         // SAFETY: the file is native code this engine compiled and wrote
-        // into a directory only the operator writes (EngineConfig::cache_dir);
-        // wasmtime still checks that it was compiled for this engine.
+        // into a directory only this user may write (checked by
+        // `private_dir` when the engine started); wasmtime still checks
+        // that it was compiled for this engine.
         match unsafe { Component::deserialize_file(&self.engine, &path) } {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                // Its age is its last use: the disk cache keeps the newest.
+                let _ = std::fs::File::open(&path)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                Some(component)
+            }
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %wasm_error(&e), "ignoring a compiled policy in the cache");
                 None
@@ -345,15 +364,64 @@ impl Loader {
             let bytes = component
                 .serialize()
                 .map_err(|e| std::io::Error::other(wasm_error(&e)))?;
-            std::fs::create_dir_all(dir)?;
             let tmp = dir.join(format!(".{digest}.{}.tmp", std::process::id()));
             std::fs::write(&tmp, bytes)?;
-            std::fs::rename(&tmp, dir.join(format!("{digest}.cwasm")))
+            std::fs::rename(&tmp, dir.join(format!("{digest}.cwasm")))?;
+            prune_disk(dir, DISK_KEEP)
         };
         if let Err(e) = write() {
             tracing::warn!(dir = %dir.display(), error = %e, "could not keep a compiled policy");
         }
     }
+}
+
+/// Compiled policies kept on disk; the least recently used go first. A
+/// Python one is ~46 MB: six stay well inside the Deployment's 512Mi
+/// emptyDir.
+const DISK_KEEP: usize = 6;
+
+/// Creates `dir` for this user alone, and refuses one that another user
+/// owns or that others may write: what is in it is loaded as native code.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("creating it: {e}"))?;
+    let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+    // /proc/self belongs to the process's effective user.
+    let me = std::fs::metadata("/proc/self")
+        .map_err(|e| e.to_string())?
+        .uid();
+    if meta.uid() != me {
+        return Err(format!(
+            "it belongs to uid {}, not to this process's {me}",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "others may write it (mode {:o}); chmod go-w it",
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
+}
+
+/// Deletes all but the `keep` most recently used compiled policies.
+fn prune_disk(dir: &Path, keep: usize) -> std::io::Result<()> {
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    files.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+    for (_, old) in files.into_iter().skip(keep) {
+        std::fs::remove_file(old)?;
+    }
+    Ok(())
 }
 
 /// How long a compiled or loaded policy nobody holds is kept for a reload.
@@ -511,6 +579,42 @@ mod tests {
 
     /// A version a reload replaced goes; one the catalog holds stays, and
     /// so does the embedded default.
+    #[test]
+    fn the_disk_cache_keeps_the_most_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let path = dir.path().join(format!("{name}.cwasm"));
+            std::fs::write(&path, name).unwrap();
+            let at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        }
+        prune_disk(dir.path(), 2).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["b.cwasm", "c.cwasm"]);
+    }
+
+    #[test]
+    fn a_cache_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("compiled");
+        private_dir(&cache).unwrap();
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = private_dir(&cache).unwrap_err();
+        assert!(why.contains("others may write it (mode 777)"), "{why}");
+    }
+
     #[test]
     fn versions_nothing_holds_are_forgotten_and_held_ones_kept() {
         let engine = PolicyEngine::new(EngineConfig::default()).unwrap();

@@ -16,9 +16,9 @@ use super::catalog::{Catalog, Entry, LoadFailure};
 use super::{LoadedPolicy, PolicyEngine, PolicyError};
 use crate::api::{ConfigMapPolicySource, EtcdCluster, EtcdStatusPolicy, POLICY_CONFIGMAP_KEY};
 
-/// How long a reconcile waits for a policy's first load (the operator
-/// started a moment ago, or the policy was just created) before it writes
-/// a status saying the policy is still loading.
+/// How long a reconcile waits for the pinned version to load (the operator
+/// started a moment ago, the policy was just created, or its pin changed)
+/// before it writes a status saying the policy is still loading.
 const FIRST_LOAD_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Why a cluster's policy could not be had.
@@ -50,6 +50,24 @@ pub enum ResolveError {
 }
 
 impl ResolveError {
+    /// What `status.policy.source` says when the policy does not run: the
+    /// form that was tried.
+    pub fn source(&self) -> String {
+        match self {
+            Self::Failed { name, .. } | Self::Loading { name } => {
+                format!("EtcdStatusPolicy {name}")
+            }
+            Self::NotFound { name, .. } => format!("EtcdStatusPolicy {name} (not found)"),
+            Self::Read {
+                namespace, name, ..
+            }
+            | Self::NoComponent { namespace, name }
+            | Self::Load {
+                namespace, name, ..
+            } => deprecated_source(namespace, name),
+        }
+    }
+
     /// Only a human can fix it (as opposed to a load in progress, or a
     /// registry that may answer on the next try).
     pub fn is_lasting(&self) -> bool {
@@ -76,6 +94,14 @@ pub struct Policies {
     settings_checked: Mutex<HashMap<(String, String), Result<(), String>>>,
     /// Clusters already told their ConfigMap policy is deprecated.
     warned_deprecated: Mutex<HashSet<String>>,
+    /// One permit per pooled instance slot: an evaluation waits for one
+    /// rather than fail to instantiate.
+    slots: tokio::sync::Semaphore,
+}
+
+/// `status.policy.source` of a cluster on the deprecated ConfigMap form.
+fn deprecated_source(namespace: &str, name: &str) -> String {
+    format!("ConfigMap {namespace}/{name} (deprecated: ship it as an EtcdStatusPolicy)")
 }
 
 /// `status.policy.source` of a cluster on the embedded policy.
@@ -84,6 +110,7 @@ pub const EMBEDDED_SOURCE: &str = "embedded";
 impl Policies {
     pub fn new(engine: PolicyEngine, client: Client) -> Self {
         Self {
+            slots: tokio::sync::Semaphore::new(engine.concurrent_evaluations()),
             engine,
             client,
             catalog: Catalog::default(),
@@ -94,6 +121,14 @@ impl Policies {
 
     pub fn engine(&self) -> &PolicyEngine {
         &self.engine
+    }
+
+    /// Waits for a free instance slot; hold it while calling into a policy.
+    pub async fn slot(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
     }
 
     /// The cluster's policy: the embedded default when `name` is unset,
@@ -112,11 +147,14 @@ impl Policies {
                 source: EMBEDDED_SOURCE.into(),
             });
         };
-        if known.get(&ObjectRef::new(name)).is_none() {
-            self.catalog.remove(name);
+        let Some(policy) = known.get(&ObjectRef::new(name)) else {
             return self.deprecated_config_map(cluster, name).await;
-        }
-        match self.catalog.wait_for(name, FIRST_LOAD_PATIENCE).await {
+        };
+        match self
+            .catalog
+            .wait_for(name, &policy.spec.digest, FIRST_LOAD_PATIENCE)
+            .await
+        {
             Some(Entry::Running { policy, .. }) => Ok(Resolved {
                 policy,
                 source: format!("EtcdStatusPolicy {name}"),
@@ -175,9 +213,7 @@ impl Policies {
         })?;
         Ok(Resolved {
             policy,
-            source: format!(
-                "ConfigMap {namespace}/{name} (deprecated: ship it as an EtcdStatusPolicy)"
-            ),
+            source: deprecated_source(&namespace, name),
         })
     }
 
@@ -193,19 +229,30 @@ impl Policies {
     }
 
     /// Settings are checked once per (policy, settings) pair, not on every
-    /// evaluation.
-    pub fn validate_settings(&self, policy: &LoadedPolicy, settings: &str) -> Result<(), String> {
+    /// evaluation. Only an answer is remembered (accepted, or refused with a
+    /// message): a validate-settings that trapped or ran out of time is a
+    /// failure of this evaluation, tried again on the next.
+    pub fn validate_settings(
+        &self,
+        policy: &LoadedPolicy,
+        settings: &str,
+    ) -> Result<(), PolicyError> {
         let key = (policy.digest.clone(), settings.to_owned());
         if let Some(known) = self.settings_checked.lock().expect("poisoned").get(&key) {
-            return known.clone();
+            return known.clone().map_err(PolicyError::Settings);
         }
-        let result = policy
-            .validate_settings(settings)
-            .map_err(|e| e.to_string());
-        self.settings_checked
-            .lock()
-            .expect("poisoned")
-            .insert(key, result.clone());
+        let result = policy.validate_settings(settings);
+        let answer = match &result {
+            Ok(()) => Some(Ok(())),
+            Err(PolicyError::Settings(why)) => Some(Err(why.clone())),
+            Err(_) => None,
+        };
+        if let Some(answer) = answer {
+            self.settings_checked
+                .lock()
+                .expect("poisoned")
+                .insert(key, answer);
+        }
         result
     }
 }

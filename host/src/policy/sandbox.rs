@@ -91,11 +91,14 @@ pub(super) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostS
     Ok(linker)
 }
 
-/// StoreLimits, remembering whether it refused a memory growth so a trap
-/// that follows (Rust aborts when allocation fails) can be reported as the
-/// memory cap it is.
+/// StoreLimits, plus a cap on all of an evaluation's linear memories
+/// together (StoreLimits caps each alone), remembering whether it refused a
+/// growth so a trap that follows (Rust aborts when allocation fails) can be
+/// reported as the memory cap it is.
 pub(super) struct MemoryCap {
     limits: StoreLimits,
+    cap: usize,
+    total: usize,
     pub(super) refused: bool,
 }
 
@@ -108,6 +111,8 @@ impl MemoryCap {
                 .tables(256)
                 .memories(64)
                 .build(),
+            cap: limits.memory_bytes,
+            total: 0,
             refused: false,
         }
     }
@@ -120,7 +125,14 @@ impl ResourceLimiter for MemoryCap {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        // Instantiation asks too (from 0 to the initial size), so the total
+        // covers every memory from the start.
+        let grows_by = desired.saturating_sub(current);
+        let allowed = self.total.saturating_add(grows_by) <= self.cap
+            && self.limits.memory_growing(current, desired, maximum)?;
+        if allowed {
+            self.total += grows_by;
+        }
         self.refused |= !allowed;
         Ok(allowed)
     }

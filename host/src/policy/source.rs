@@ -142,12 +142,18 @@ pub async fn from_oci(
                 layer.size
             )));
         }
-        let mut bytes = Vec::with_capacity(layer.size as usize);
-        // pull_blob checks what it downloads against the layer's digest.
+        // The manifest's size is the registry's word; the writer holds it
+        // to the limit whatever arrives. pull_blob checks the digest of
+        // what it wrote when the stream ends.
+        let mut capped = Capped {
+            bytes: Vec::new(),
+            max: max_bytes,
+        };
         client
-            .pull_blob(&reference, layer, &mut bytes)
+            .pull_blob(&reference, layer, &mut capped)
             .await
             .map_err(unreachable)?;
+        let bytes = capped.bytes;
         Ok(bytes)
     };
     tokio::time::timeout(PULL_DEADLINE, pull)
@@ -158,6 +164,43 @@ pub async fn from_oci(
                 PULL_DEADLINE.as_secs()
             )))
         })
+}
+
+/// A download target that refuses to grow past `max` bytes.
+struct Capped {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl tokio::io::AsyncWrite for Capped {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.bytes.len() + buf.len() > self.max {
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "the component is larger than its limit of {} bytes (componentBytes)",
+                self.max
+            ))));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 /// Credentials for `registry` from a kubernetes.io/dockerconfigjson Secret.
@@ -204,12 +247,20 @@ fn docker_config_auth(json: &[u8], registry: &str) -> Option<RegistryAuth> {
         auth: Option<String>,
     }
     let config: DockerConfig = serde_json::from_slice(json).ok()?;
-    let entry = config.auths.iter().find_map(|(host, entry)| {
-        let host = host
+    // Keys are written many ways (`https://index.docker.io/v1/`,
+    // `docker.io`, `registry:5000`): compare hosts, Docker Hub's under one name.
+    let hub = |host: &str| match host {
+        "docker.io" | "registry-1.docker.io" => "index.docker.io".to_owned(),
+        other => other.to_owned(),
+    };
+    let entry = config.auths.iter().find_map(|(key, entry)| {
+        let host = key
             .trim_start_matches("https://")
             .trim_start_matches("http://")
-            .trim_end_matches('/');
-        (host == registry).then_some(entry)
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        (hub(host) == hub(registry)).then_some(entry)
     })?;
     match (&entry.username, &entry.password, &entry.auth) {
         (Some(user), Some(password), _) => {
@@ -231,6 +282,19 @@ fn docker_config_auth(json: &[u8], registry: &str) -> Option<RegistryAuth> {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_download_stops_at_the_limit() {
+        use tokio::io::AsyncWriteExt as _;
+        let mut capped = Capped {
+            bytes: Vec::new(),
+            max: 4,
+        };
+        capped.write_all(b"abcd").await.unwrap();
+        let err = capped.write_all(b"e").await.unwrap_err();
+        assert!(err.to_string().contains("limit of 4 bytes"), "{err}");
+        assert_eq!(capped.bytes, b"abcd");
+    }
+
     #[test]
     fn docker_config_credentials_are_found_by_registry() {
         let json = br#"{"auths": {
@@ -246,6 +310,12 @@ mod tests {
             Some(RegistryAuth::Basic(u, p)) if u == "alice" && p == "s3cret"
         ));
         assert!(docker_config_auth(json, "missing.example").is_none());
+        let hub =
+            br#"{"auths": {"https://index.docker.io/v1/": {"username": "h", "password": "p"}}}"#;
+        assert!(matches!(
+            docker_config_auth(hub, "index.docker.io"),
+            Some(RegistryAuth::Basic(u, _)) if u == "h"
+        ));
         assert!(docker_config_auth(b"not json", "other.example").is_none());
     }
 }

@@ -40,9 +40,13 @@ pub struct PolicyContext {
     pub clusters: Store<EtcdCluster>,
     /// Where ConfigMap sources and pull Secrets live: the operator's namespace.
     pub namespace: String,
+    /// Held while a component compiles: one at a time.
+    pub compiling: tokio::sync::Mutex<()>,
 }
 
-/// How often a policy is looked at with nothing changed: its cluster count.
+/// How often a policy is looked at with nothing changed: its cluster
+/// count, and another try of a version that failed for a reason that does
+/// not pass by itself (a missing Secret, a tag that holds other bytes).
 const RECOUNT: Duration = Duration::from_secs(60);
 /// How soon a registry that did not answer is asked again.
 const RETRY_FETCH: Duration = Duration::from_secs(15);
@@ -70,8 +74,6 @@ pub async fn reconcile_policy(
         }
     }
 
-    // Versions replaced by earlier reloads go once nothing uses them.
-    ctx.policies.engine().forget_unused();
     let clusters = pctx
         .clusters
         .state()
@@ -106,6 +108,7 @@ async fn check_settings(pctx: &PolicyContext, name: &str, loaded: &Arc<LoadedPol
         .collect();
     let ctx = pctx.ctx.clone();
     let loaded = loaded.clone();
+    let _slot = pctx.ctx.policies.slot().await;
     let checked = tokio::task::spawn_blocking(move || {
         for text in settings {
             let _ = ctx.policies.validate_settings(&loaded, &text);
@@ -175,13 +178,19 @@ fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
 }
 
 /// Fetches and loads the version the spec pins, unless the catalog already
-/// holds the outcome of exactly this load.
+/// runs exactly that version (same pin, limits and source). A failure is
+/// never reused: the next reconcile (a change, or the minute's recount)
+/// tries again, so a fixed Secret or a re-pushed tag is picked up.
 async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
     let ctx = &pctx.ctx;
     let engine = ctx.policies.engine();
     let limits = limits_of(policy, engine.limits());
     let pinned = policy.spec.digest.clone();
     let previous = ctx.policies.catalog.get(&policy.name_any());
+    let running = |key: &LoadKey| match &previous {
+        Some(entry @ Entry::Running { key: old, .. }) if old == key => Some(entry.clone()),
+        _ => None,
+    };
     let failed =
         |key: LoadKey, reason: &'static str, message: String, transient: bool| Entry::Failed {
             key,
@@ -191,55 +200,69 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
                 transient,
             },
         };
+    let key_for = |source: String| LoadKey {
+        digest: pinned.clone(),
+        limits: limits.clone(),
+        source,
+    };
+    // Before anything is fetched: the limits bound the download too.
+    if let Some(over) = limits.exceeding(engine.maximum()) {
+        return failed(
+            key_for("-".into()),
+            "LimitsExceeded",
+            format!("spec.limits: {over}"),
+            false,
+        );
+    }
 
-    let (bytes, source) = if let Some(cm) = &policy.spec.source.config_map {
-        // Read through the API, not a cache: the watch event that started
-        // this reconcile may be ahead of any cache.
+    let (bytes, key) = if let Some(cm) = &policy.spec.source.config_map {
+        // Through the API, not a cache: the watch event that started this
+        // reconcile may be ahead of any cache. Metadata first, so an
+        // unchanged ConfigMap is not read again.
         let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &pctx.namespace);
-        let key = |version: &str| LoadKey {
-            digest: pinned.clone(),
-            limits: limits.clone(),
-            source: format!(
+        let at = |version: &str| {
+            key_for(format!(
                 "configMap {}/{} key {} at {version}",
                 pctx.namespace,
                 cm.name,
                 cm.key.as_deref().unwrap_or(crate::api::DEFAULT_POLICY_KEY)
-            ),
+            ))
         };
+        let unreachable = |e: kube::Error| {
+            failed(
+                at("?"),
+                "SourceUnreachable",
+                format!("reading ConfigMap {}/{}: {e}", pctx.namespace, cm.name),
+                true,
+            )
+        };
+        let version = match api.get_metadata_opt(&cm.name).await {
+            Err(e) => return unreachable(e),
+            Ok(meta) => meta.and_then(|m| m.metadata.resource_version),
+        };
+        if let Some(same) = version.as_deref().and_then(|v| running(&at(v))) {
+            return same;
+        }
         match api.get_opt(&cm.name).await {
-            Err(e) => {
-                return failed(
-                    key("?"),
-                    "SourceUnreachable",
-                    format!("reading ConfigMap {}/{}: {e}", pctx.namespace, cm.name),
-                    true,
-                );
-            }
+            Err(e) => return unreachable(e),
             Ok(found) => match source::from_config_map(found.as_ref(), &pctx.namespace, cm) {
-                Ok((bytes, version)) => (bytes, key(&version)),
-                Err(e) => return failed(key("-"), "SourceMissing", e.to_string(), false),
+                Ok((bytes, version)) => (bytes, at(&version)),
+                Err(e) => return failed(at("-"), "SourceMissing", e.to_string(), false),
             },
         }
     } else if let Some(oci) = &policy.spec.source.oci {
-        let key = LoadKey {
-            digest: pinned.clone(),
-            limits: limits.clone(),
-            source: format!("oci {}", oci.reference),
-        };
-        // A content-addressed pin needs no second download: the same key
-        // is the same component. A lasting failure waits for a change.
-        if let Some(old) = previous.as_ref().filter(|e| e.key() == &key) {
-            let lasting = !matches!(old, Entry::Failed { failure, .. } if failure.transient);
-            if lasting {
-                return old.clone();
-            }
+        let key = key_for(format!("oci {}", oci.reference));
+        // The pin names the content: what runs under this very key was
+        // checked against it, and needs no second download.
+        if let Some(same) = running(&key) {
+            return same;
         }
-        let secrets = match &oci.pull_secret {
+        let secret = match &oci.pull_secret {
             None => None,
             Some(secret) => {
                 let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &pctx.namespace);
                 match api.get_opt(secret).await {
-                    Ok(found) => Some(found),
+                    Ok(found) => found,
                     Err(e) => {
                         return failed(
                             key,
@@ -255,7 +278,7 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
             oci,
             &pinned,
             limits.component_bytes,
-            secrets.flatten().as_ref(),
+            secret.as_ref(),
             &pctx.namespace,
         )
         .await
@@ -273,25 +296,16 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
         }
     } else {
         // The CRD's CEL rule makes this unreachable on a real apiserver.
-        let key = LoadKey {
-            digest: pinned.clone(),
-            limits: limits.clone(),
-            source: "none".into(),
-        };
         return failed(
-            key,
+            key_for("none".into()),
             "SourceMissing",
             "spec.source names no source".into(),
             false,
         );
     };
 
-    if let Some(old) = previous.as_ref().filter(|e| e.key() == &source) {
-        return old.clone();
-    }
-    let key = source;
-    if let Some(over) = limits.exceeding(engine.maximum()) {
-        return failed(key, "LimitsExceeded", format!("spec.limits: {over}"), false);
+    if let Some(same) = running(&key) {
+        return same;
     }
     let got = format!("sha256:{}", digest(&bytes));
     if got != pinned {
@@ -305,8 +319,9 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
             false,
         );
     }
-    // Compiling takes from milliseconds (cached) to seconds (a large Python
-    // policy): never on an async worker.
+    // One compile at a time: a Python or JavaScript component peaks at
+    // ~500 MB while it compiles. Never on an async worker either.
+    let _one = pctx.compiling.lock().await;
     let loaded = {
         let engine = engine.clone();
         let limits = limits.clone();
