@@ -52,7 +52,7 @@ go build -trimpath -ldflags "-s -w" -o "$tmp/steward-status" ./cmd/status
 hver=$(sed -n 's#^\s*helm.sh/helm/v4 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$hver" -o "$tmp/helm" helm.sh/helm/v4/cmd/helm
 rver=$(sed -n 's#^\s*github.com/distribution/distribution/v3 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
-go build -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$rver" -o "$tmp/registry" github.com/distribution/distribution/v3/cmd/registry
+go build -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$rver" -o "$tmp/registry" ./cmd/registry
 go build -trimpath -ldflags "-s -w" -o "$tmp/oras" oras.land/oras/cmd/oras
 for b in "${need[@]}"; do ln -s kube "$tmp/$b"; done
 rm -rf "$out"; mv "$tmp" "$out"
