@@ -36,16 +36,21 @@ fn policy_error_policy(
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The policies whose source is this ConfigMap or whose pull Secret this is.
+/// The policies that read this ConfigMap of the operator's namespace: as
+/// their source, or as the CA bundle of their registry.
 fn policies_using(
     store: &Store<EtcdStatusPolicy>,
-    object: &str,
-    uses: fn(&EtcdStatusPolicy) -> Option<&str>,
+    config_map: &str,
 ) -> Vec<ObjectRef<EtcdStatusPolicy>> {
+    let uses = |p: &EtcdStatusPolicy| {
+        let source = &p.spec.source;
+        source.config_map.as_ref().map(|c| c.name.as_str()) == Some(config_map)
+            || source.oci.as_ref().and_then(|o| o.ca_config_map.as_deref()) == Some(config_map)
+    };
     store
         .state()
         .iter()
-        .filter(|p| uses(p) == Some(object))
+        .filter(|p| uses(p))
         .map(|p| ObjectRef::from_obj(p.as_ref()))
         .collect()
 }
@@ -130,9 +135,7 @@ pub async fn run(
         .predicate_filter(predicates::generation, Default::default());
         policy_ctl
             .watches_stream(configmaps, move |cm: PartialObjectMeta<ConfigMap>| {
-                policies_using(&by_cm, &cm.name_any(), |p| {
-                    p.spec.source.config_map.as_ref().map(|c| c.name.as_str())
-                })
+                policies_using(&by_cm, &cm.name_any())
             })
             // A cluster that starts selecting a policy changes its count.
             .watches_stream(selections, |cluster: EtcdCluster| {
@@ -216,4 +219,47 @@ pub async fn run(
         _ = shutdown => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(name: &str, source: serde_json::Value) -> EtcdStatusPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdStatusPolicy",
+            "metadata": {"name": name},
+            "spec": {"digest": format!("sha256:{}", "0".repeat(64)), "source": source},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_config_map_change_reaches_the_policies_that_read_it_as_source_or_ca() {
+        let (store, mut writer) = reflector::store::<EtcdStatusPolicy>();
+        for p in [
+            policy(
+                "from-cm",
+                serde_json::json!({"configMap": {"name": "shared"}}),
+            ),
+            policy(
+                "with-ca",
+                serde_json::json!({"oci": {"reference": "r.example/p:v1", "caConfigMap": "shared"}}),
+            ),
+            policy(
+                "other",
+                serde_json::json!({"oci": {"reference": "r.example/p:v1", "caConfigMap": "other-ca"}}),
+            ),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(p));
+        }
+        let mut names: Vec<String> = policies_using(&store, "shared")
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["from-cm", "with-ca"]);
+        assert!(policies_using(&store, "unrelated").is_empty());
+    }
 }

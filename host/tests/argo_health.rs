@@ -15,10 +15,12 @@ fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn fixtures() -> usize {
-    let yaml =
-        std::fs::read_to_string(argocd_dir().join("etcd.steward.dev/EtcdCluster/health_test.yaml"))
-            .unwrap();
+/// The cases of one kind's health_test.yaml.
+fn fixtures(kind: &str) -> usize {
+    let yaml = std::fs::read_to_string(
+        argocd_dir().join(format!("etcd.steward.dev/{kind}/health_test.yaml")),
+    )
+    .unwrap();
     yaml.lines()
         .filter(|l| l.trim_start().starts_with("inputPath:"))
         .count()
@@ -36,17 +38,21 @@ fn health_lua_and_the_docs_snippet_pass_every_fixture_under_gopher_lua() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let n = fixtures();
-    assert!(n >= 9, "health_test.yaml has {n} cases");
-    let ok = |source: &str| {
+    let ok = |source: &str, kind: &str| {
         text.lines()
-            .filter(|l| l.starts_with(&format!("ok   [{source}] ")))
+            .filter(|l| l.starts_with(&format!("ok   [{source}] {kind}/")))
             .count()
     };
-    assert_eq!(ok("health.lua"), n, "{text}");
-    assert_eq!(ok(docs.to_str().unwrap()), n, "{text}");
+    let mut total = 0;
+    for (kind, at_least) in [("EtcdCluster", 9), ("EtcdStatusPolicy", 5)] {
+        let n = fixtures(kind);
+        assert!(n >= at_least, "{kind}'s health_test.yaml has {n} cases");
+        assert_eq!(ok("health.lua", kind), n, "{text}");
+        assert_eq!(ok(docs.to_str().unwrap(), kind), n, "{text}");
+        total += n;
+    }
     assert!(
-        text.contains(&format!("\n{} passed, 0 failed\n", 2 * n)),
+        text.contains(&format!("\n{} passed, 0 failed\n", 2 * total)),
         "{text}"
     );
 }

@@ -435,6 +435,10 @@ async fn the_status_policy_rules_accept_and_reject_with_their_messages() {
             json!({"digest": digest, "source": {"configMap": {"name": "p"}}}),
         ),
         (
+            "private-oci",
+            json!({"digest": digest, "source": {"oci": {"reference": "r.example/p:v1", "pullSecret": "creds", "caConfigMap": "ca"}}}),
+        ),
+        (
             "from-oci",
             json!({"digest": digest, "source": {"oci": {"reference": "r.example/p:v1", "insecure": true}},
                    "limits": {"deadlineMilliseconds": 100, "memoryBytes": 65536, "componentBytes": 8, "instances": 1}}),
@@ -465,6 +469,10 @@ async fn the_status_policy_rules_accept_and_reject_with_their_messages() {
         (
             json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1", "insecure": true, "pullSecret": "creds"}}}),
             "a pullSecret's credentials would travel over plain HTTP with insecure: true",
+        ),
+        (
+            json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1", "insecure": true, "caConfigMap": "ca"}}}),
+            "caConfigMap verifies a TLS registry, but insecure: true speaks plain HTTP",
         ),
         (
             json!({"digest": digest, "source": {"oci": {"reference": "r/p:v1"}}, "limits": {"deadlineMilliseconds": 0}}),

@@ -10,7 +10,7 @@ mod support;
 use std::path::Path;
 
 use etcd_steward::api::{EtcdCluster, EtcdStatusPolicy};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use support::*;
@@ -87,6 +87,29 @@ fn policy_condition<'a>(
         .as_ref()?
         .condition(type_)
         .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+/// How kstatus (Flux, kpt) and Argo CD, by deploy/argocd's
+/// EtcdStatusPolicy health.lua, read the policy; asserted as `kstatus` and
+/// `argo`.
+fn assert_policy_read(env: &Env, p: &EtcdStatusPolicy, kstatus: &str, argo: &str) {
+    let obj = serde_json::to_value(p).unwrap();
+    let read = env.consumers.kstatus(&obj).expect("kstatus");
+    let lua = steward_testbed::status_consumers::argocd_dir()
+        .join("etcd.steward.dev/EtcdStatusPolicy/health.lua");
+    let health = env
+        .consumers
+        .argo_health_by(&lua, &obj)
+        .expect("Argo CD's health.lua");
+    assert_eq!(
+        (read.status.as_str(), health.status.as_str()),
+        (kstatus, argo),
+        "kstatus {read}; Argo CD {health}; status:\n{}",
+        serde_json::to_string_pretty(&p.status).unwrap()
+    );
+    // What a person sees in Argo CD is the condition's own words.
+    let ready = policy_condition(p, "Ready").unwrap();
+    assert!(health.message.contains(ready.2), "{health}");
 }
 
 /// A component in a ConfigMap of the operator's namespace.
@@ -173,6 +196,7 @@ fn a_config_map_policy_is_pinned_watched_and_swapped() {
             policy_condition(p, "Ready").is_some_and(|c| c.0 == "True")
         })
         .await;
+        assert_policy_read(&env, &p, "Current", "Healthy");
         let status = p.status.unwrap();
         assert_eq!(status.digest.as_deref(), Some(sha256(&raft_lag).as_str()));
         let described = status.policy.unwrap();
@@ -218,6 +242,7 @@ fn a_config_map_policy_is_pinned_watched_and_swapped() {
             "{message}"
         );
         assert_eq!(p.status.as_ref().unwrap().digest, None, "nothing runs");
+        assert_policy_read(&env, &p, "Failed", "Degraded");
         let c = env
             .wait_for("lag", "Stalled=True, PolicyUnloadable", |c| {
                 condition_reason(c, "Stalled") == Some("PolicyUnloadable")
@@ -394,6 +419,178 @@ fn a_cluster_switches_to_a_python_policy_shipped_as_an_oci_artifact() {
             })
             .await;
         assert_eq!(c.status.unwrap().policy.unwrap().digest, pinned);
+        registry.stop().await;
+        env.shutdown().await;
+    });
+}
+
+/// A private registry, as most platform teams run one: TLS with a
+/// certificate from a private CA, and an account. The policy names the CA
+/// bundle (a ConfigMap) and a pull Secret, and runs; without the CA, or
+/// without the credentials, it is refused with a status that says which,
+/// and the password reaches no status and no Event.
+#[test]
+fn a_policy_is_pulled_from_a_private_registry_with_its_ca_and_credentials() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let registry = steward_testbed::registry::Registry::start_private(env.plane.binaries())
+            .await
+            .expect("the private registry starts");
+        let private = registry.private.as_ref().unwrap();
+        let wasm = Path::new(env!("STEWARD_EXAMPLE_RAFT_LAG_WASM"));
+        let pinned = sha256(&std::fs::read(wasm).unwrap());
+        let reference = registry.reference("platform/raft-lag", "v1");
+        registry
+            .push_wasm(&reference, wasm)
+            .await
+            .expect("oras push with the CA and the account");
+        env.create_cluster("private", 3).await;
+
+        // What the platform team keeps beside the operator.
+        let ca: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "registry-ca", "namespace": OPERATOR_NS},
+            "data": {"ca.crt": private.ca_pem}
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(env.client.clone(), OPERATOR_NS)
+            .create(&PostParams::default(), &ca)
+            .await
+            .expect("creating the CA ConfigMap");
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "registry-credentials", "namespace": OPERATOR_NS},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": private.docker_config_json(&registry.addr)}
+        }))
+        .unwrap();
+        let secrets = Api::<Secret>::namespaced(env.client.clone(), OPERATOR_NS);
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("creating the pull Secret");
+        let wrong: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "wrong-credentials", "namespace": OPERATOR_NS},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": serde_json::json!({
+                "auths": {registry.addr.as_str(): {"username": private.username, "password": "not-the-password"}}
+            }).to_string()}
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &wrong)
+            .await
+            .expect("creating the wrong pull Secret");
+
+        let oci = |with: serde_json::Value| {
+            let mut oci = serde_json::json!({"reference": reference});
+            oci.as_object_mut()
+                .unwrap()
+                .extend(with.as_object().unwrap().clone());
+            serde_json::json!({ "oci": oci })
+        };
+        create_policy(
+            &env,
+            "private",
+            &pinned,
+            oci(serde_json::json!({"caConfigMap": "registry-ca", "pullSecret": "registry-credentials"})),
+        )
+        .await;
+        create_policy(
+            &env,
+            "without-ca",
+            &pinned,
+            oci(serde_json::json!({"pullSecret": "registry-credentials"})),
+        )
+        .await;
+        create_policy(
+            &env,
+            "without-credentials",
+            &pinned,
+            oci(serde_json::json!({"caConfigMap": "registry-ca"})),
+        )
+        .await;
+
+        create_policy(
+            &env,
+            "wrong-credentials",
+            &pinned,
+            oci(serde_json::json!({"caConfigMap": "registry-ca", "pullSecret": "wrong-credentials"})),
+        )
+        .await;
+
+        let p = wait_policy(&env, "private", "Ready=True", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert_eq!(
+            p.status.as_ref().unwrap().digest.as_deref(),
+            Some(pinned.as_str())
+        );
+        let refused = |p: &EtcdStatusPolicy| {
+            policy_condition(p, "Ready").is_some_and(|c| c.1 == "SourceUnreachable")
+        };
+        let p = wait_policy(&env, "without-ca", "SourceUnreachable", refused).await;
+        // Retried, so not Failed for kstatus; but nothing runs, which Argo
+        // CD shows.
+        assert_policy_read(&env, &p, "InProgress", "Degraded");
+        let (_, _, message) = policy_condition(&p, "Ready").unwrap();
+        assert!(message.contains("UnknownIssuer"), "{message}");
+        assert_eq!(p.status.as_ref().unwrap().digest, None);
+        let p = wait_policy(&env, "without-credentials", "SourceUnauthorized", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.1 == "SourceUnauthorized")
+        })
+        .await;
+        let (_, _, message) = policy_condition(&p, "Ready").unwrap();
+        assert!(
+            message.contains("the registry refused anonymous access"),
+            "{message}"
+        );
+        assert_eq!(
+            policy_condition(&p, "Stalled").map(|c| c.0),
+            Some("True"),
+            "only a person can fix it"
+        );
+        let p = wait_policy(&env, "wrong-credentials", "SourceUnauthorized", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.1 == "SourceUnauthorized")
+        })
+        .await;
+        let (_, _, message) = policy_condition(&p, "Ready").unwrap();
+        assert!(
+            message.contains(&format!(
+                "the registry refused the credentials in Secret {OPERATOR_NS}/wrong-credentials"
+            )),
+            "{message}"
+        );
+        assert_eq!(p.status.as_ref().unwrap().digest, None);
+
+        // A cluster selects the private policy and runs it.
+        env.wait_available("private", 3).await;
+        select(&env, "private", "private", serde_json::json!({})).await;
+        let c = env
+            .wait_for("private", "RaftInSync=True from the private policy", |c| {
+                condition(c, "RaftInSync") == Some("True")
+            })
+            .await;
+        assert_eq!(
+            c.status.as_ref().unwrap().policy.as_ref().unwrap().digest,
+            pinned
+        );
+
+        // The password reaches no status and no Event.
+        let mut said = serde_json::to_string(&c.status).unwrap();
+        for p in policies(&env).list(&Default::default()).await.unwrap() {
+            said.push_str(&serde_json::to_string(&p.status).unwrap());
+        }
+        for e in Api::<Event>::all(env.client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+        {
+            said.push_str(&serde_json::to_string(&e).unwrap());
+        }
+        assert!(!said.contains(&private.password));
+        assert!(!said.contains("not-the-password"));
+        assert!(said.contains("UnknownIssuer"), "the refusals were read too");
         registry.stop().await;
         env.shutdown().await;
     });

@@ -102,7 +102,9 @@ pub struct ConfigMapPolicySource {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(
     validation = Rule::new("!(has(self.insecure) && self.insecure && has(self.pullSecret))")
-        .message("spec.source.oci: a pullSecret's credentials would travel over plain HTTP with insecure: true; use a registry with TLS")
+        .message("spec.source.oci: a pullSecret's credentials would travel over plain HTTP with insecure: true; use a registry with TLS"),
+    validation = Rule::new("!(has(self.insecure) && self.insecure && has(self.caConfigMap))")
+        .message("spec.source.oci: caConfigMap verifies a TLS registry, but insecure: true speaks plain HTTP; drop one of them")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct OciPolicySource {
@@ -120,7 +122,16 @@ pub struct OciPolicySource {
     /// namespace, holding the registry's credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_secret: Option<String>,
+    /// A ConfigMap in the operator's namespace whose `ca.crt` key holds the
+    /// PEM certificates of a private CA the registry's certificate chains
+    /// to (as trust-manager and `kube-root-ca.crt` lay them out). They are
+    /// trusted besides the system's roots, for this policy's pulls only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map: Option<String>,
 }
+
+/// The key of `spec.source.oci.caConfigMap` that holds the CA bundle.
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
 
 /// Limits of one evaluation (instantiation included). Unset fields take the
 /// operator's defaults.

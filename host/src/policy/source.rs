@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
-use crate::api::{ConfigMapPolicySource, DEFAULT_POLICY_KEY, OciPolicySource};
+use crate::api::{CA_BUNDLE_KEY, ConfigMapPolicySource, DEFAULT_POLICY_KEY, OciPolicySource};
 
 /// The media type of a component layer (the CNCF "Wasm OCI Artifact" layout
 /// that oras, wkg and Kubewarden use).
@@ -28,6 +28,9 @@ pub enum FetchError {
     /// The registry refused or did not answer; it may pass.
     #[error("{0}")]
     Unreachable(String),
+    /// The registry refused the credentials, or anonymous access.
+    #[error("{0}")]
+    Unauthorized(String),
     /// The artifact's component is not the pinned one; nothing was downloaded.
     #[error("{0}")]
     DigestMismatch(String),
@@ -67,12 +70,14 @@ pub fn from_config_map(
 /// Pulls the component layer of an OCI artifact. The manifest is read
 /// first: a layer whose digest is not `pinned` is refused before a byte of
 /// it is downloaded, and one larger than `max_bytes` likewise.
-/// `secret` is the pull Secret `source` names, if it names one and it exists.
+/// `secret` and `ca` are the pull Secret and CA ConfigMap `source` names,
+/// if it names them and they exist.
 pub async fn from_oci(
     source: &OciPolicySource,
     pinned: &str,
     max_bytes: usize,
     secret: Option<&Secret>,
+    ca: Option<&ConfigMap>,
     namespace: &str,
 ) -> Result<Vec<u8>, FetchError> {
     let reference: Reference = source.reference.parse().map_err(|e| {
@@ -85,20 +90,41 @@ pub async fn from_oci(
         None => RegistryAuth::Anonymous,
         Some(name) => pull_auth(secret, namespace, name, reference.resolve_registry())?,
     };
-    let client = Client::new(ClientConfig {
+    let extra_roots = match &source.ca_config_map {
+        None => Vec::new(),
+        Some(name) => ca_bundle(ca, namespace, name)?,
+    };
+    // Not `Client::new`: on a bad configuration it falls back to the
+    // defaults, which would drop the CA (or turn plain HTTP into HTTPS).
+    let client = Client::try_from(ClientConfig {
         protocol: if source.insecure {
             ClientProtocol::Http
         } else {
             ClientProtocol::Https
         },
+        extra_root_certificates: extra_roots,
         ..ClientConfig::default()
-    });
+    })
+    .map_err(|e| FetchError::Missing(format!("configuring the registry client: {e}")))?;
     let at = &source.reference;
+    // The chain, not only the top: "error sending request" alone does not
+    // say that the certificate was refused, or why.
     let unreachable = |e: oci_client::errors::OciDistributionError| {
-        FetchError::Unreachable(format!(
-            "pulling {at}: {}",
-            crate::text::one_line(&e.to_string())
-        ))
+        use oci_client::errors::OciDistributionError as E;
+        let said = crate::text::one_line(&error_chain(&e));
+        match e {
+            E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => {
+                FetchError::Unauthorized(match &source.pull_secret {
+                    None => format!(
+                        "pulling {at}: the registry refused anonymous access (spec.source.oci has no pullSecret): {said}"
+                    ),
+                    Some(name) => format!(
+                        "pulling {at}: the registry refused the credentials in Secret {namespace}/{name}: {said}"
+                    ),
+                })
+            }
+            _ => FetchError::Unreachable(format!("pulling {at}: {said}")),
+        }
     };
     let pull = async {
         let (manifest, _) = client
@@ -203,6 +229,67 @@ impl tokio::io::AsyncWrite for Capped {
     }
 }
 
+/// An error and its causes, outermost first, each said once (reqwest
+/// repeats its cause in its own text on some paths).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// The certificates under `ca.crt` of the CA ConfigMap, each checked to be
+/// a certificate, so a bad bundle is reported as such rather than as a
+/// registry that cannot be verified.
+fn ca_bundle(
+    cm: Option<&ConfigMap>,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<Certificate>, FetchError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let cm = cm.ok_or_else(|| {
+        FetchError::Missing(format!(
+            "ConfigMap {namespace}/{name} (spec.source.oci.caConfigMap) not found"
+        ))
+    })?;
+    let pem = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CA_BUNDLE_KEY))
+        .ok_or_else(|| {
+            FetchError::Missing(format!(
+                "ConfigMap {namespace}/{name} has no {CA_BUNDLE_KEY} key (spec.source.oci.caConfigMap)"
+            ))
+        })?;
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|c| {
+            c.map(|der| Certificate {
+                encoding: CertificateEncoding::Der,
+                data: der.to_vec(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            FetchError::Missing(format!(
+                "ConfigMap {namespace}/{name} key {CA_BUNDLE_KEY} is not a PEM certificate bundle: {e}"
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(FetchError::Missing(format!(
+            "ConfigMap {namespace}/{name} key {CA_BUNDLE_KEY} holds no PEM certificate"
+        )));
+    }
+    Ok(certs)
+}
+
 /// Credentials for `registry` from a kubernetes.io/dockerconfigjson Secret.
 fn pull_auth(
     secret: Option<&Secret>,
@@ -293,6 +380,38 @@ mod tests {
         let err = capped.write_all(b"e").await.unwrap_err();
         assert!(err.to_string().contains("limit of 4 bytes"), "{err}");
         assert_eq!(capped.bytes, b"abcd");
+    }
+
+    fn ca_map(pem: &str) -> ConfigMap {
+        ConfigMap {
+            data: Some([(CA_BUNDLE_KEY.to_owned(), pem.to_owned())].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_ca_bundle_is_read_whole_and_refused_when_it_holds_no_certificate() {
+        let one = |cn: &str| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            rcgen::CertificateParams::new(vec![cn.to_owned()])
+                .unwrap()
+                .self_signed(&key)
+                .unwrap()
+                .pem()
+        };
+        let bundle = format!("{}{}", one("a.example"), one("b.example"));
+        let certs = ca_bundle(Some(&ca_map(&bundle)), "ns", "ca").unwrap();
+        assert_eq!(certs.len(), 2, "every certificate of the bundle");
+
+        let err = ca_bundle(Some(&ca_map("not a certificate")), "ns", "ca").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ConfigMap ns/ca key ca.crt holds no PEM certificate"
+        );
+        let err = ca_bundle(Some(&ConfigMap::default()), "ns", "ca").unwrap_err();
+        assert!(err.to_string().contains("has no ca.crt key"), "{err}");
+        let err = ca_bundle(None, "ns", "ca").unwrap_err();
+        assert!(err.to_string().contains("not found"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The EtcdStatusPolicy controller: fetch → load → swap → write status.
 //!
 //! It keeps [`crate::policy::catalog`] in step with the EtcdStatusPolicy
-//! objects, their ConfigMaps and their pull Secrets, all watched: a new
+//! objects, their ConfigMaps (components and CA bundles) and their pull
+//! Secrets: a new
 //! version is fetched, compiled and asked to describe itself here, off the
 //! cluster reconcile path, and then swapped in whole. The clusters that
 //! select the policy are reconciled by the status write that follows (their
@@ -177,6 +178,29 @@ fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
     }
 }
 
+/// The object named `name` in the operator's namespace, if a name is given
+/// and it exists; the API's error as a message otherwise.
+async fn named<K>(pctx: &PolicyContext, name: Option<&str>) -> Result<Option<K>, String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let Some(name) = name else { return Ok(None) };
+    Api::<K>::namespaced(pctx.ctx.client.clone(), &pctx.namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| {
+            format!(
+                "reading {} {}/{name}: {e}",
+                K::kind(&Default::default()),
+                pctx.namespace
+            )
+        })
+}
+
 /// Fetches and loads the version the spec pins, unless the catalog already
 /// runs exactly that version (same pin, limits and source). A failure is
 /// never reused: the next reconcile (a change, or the minute's recount)
@@ -257,28 +281,22 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
         if let Some(same) = running(&key) {
             return same;
         }
-        let secret = match &oci.pull_secret {
-            None => None,
-            Some(secret) => {
-                let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &pctx.namespace);
-                match api.get_opt(secret).await {
-                    Ok(found) => found,
-                    Err(e) => {
-                        return failed(
-                            key,
-                            "SourceUnreachable",
-                            format!("reading Secret {}/{secret}: {e}", pctx.namespace),
-                            true,
-                        );
-                    }
-                }
-            }
+        // What the pull reads besides the registry, by name: a missing one
+        // is the source's to report, an API that does not answer is retried.
+        let secret = match named::<Secret>(pctx, oci.pull_secret.as_deref()).await {
+            Ok(found) => found,
+            Err(e) => return failed(key, "SourceUnreachable", e, true),
+        };
+        let ca = match named::<ConfigMap>(pctx, oci.ca_config_map.as_deref()).await {
+            Ok(found) => found,
+            Err(e) => return failed(key, "SourceUnreachable", e, true),
         };
         match source::from_oci(
             oci,
             &pinned,
             limits.component_bytes,
             secret.as_ref(),
+            ca.as_ref(),
             &pctx.namespace,
         )
         .await
@@ -288,6 +306,7 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
                 let (reason, transient) = match &e {
                     FetchError::Unreachable(_) => ("SourceUnreachable", true),
                     FetchError::Missing(_) => ("SourceMissing", false),
+                    FetchError::Unauthorized(_) => ("SourceUnauthorized", false),
                     FetchError::DigestMismatch(_) => ("DigestMismatch", false),
                     FetchError::TooLarge(_) => ("LimitsExceeded", false),
                 };

@@ -17,17 +17,49 @@ pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 
 pub struct Registry {
-    /// `127.0.0.1:<port>`, plain HTTP.
+    /// `127.0.0.1:<port>`.
     pub addr: String,
+    /// Set for a registry started with [`Registry::start_private`].
+    pub private: Option<Private>,
     oras: PathBuf,
     child: Child,
     dir: tempfile::TempDir,
 }
 
+/// What a client needs to reach a private registry: its CA and an account.
+pub struct Private {
+    /// The PEM certificate of the CA that signed the registry's certificate
+    /// (a CA of its own, not the control plane's).
+    pub ca_pem: String,
+    ca_file: PathBuf,
+    pub username: String,
+    pub password: String,
+}
+
+impl Private {
+    /// A kubernetes.io/dockerconfigjson `.dockerconfigjson` for `addr`.
+    pub fn docker_config_json(&self, addr: &str) -> String {
+        serde_json::json!({
+            "auths": {addr: {"username": self.username, "password": self.password}}
+        })
+        .to_string()
+    }
+}
+
 impl Registry {
-    /// Starts a registry on a free loopback port, storing blobs in a
-    /// directory of its own.
+    /// Starts a plain-HTTP registry without authentication on a free
+    /// loopback port, storing blobs in a directory of its own.
     pub async fn start(bins: &KubeBinaries) -> Result<Self> {
+        Self::spawn(bins, None).await
+    }
+
+    /// Starts a registry as a private one runs: TLS with a certificate from
+    /// a private CA, and htpasswd accounts (one, with a fresh password).
+    pub async fn start_private(bins: &KubeBinaries) -> Result<Self> {
+        Self::spawn(bins, Some(())).await
+    }
+
+    async fn spawn(bins: &KubeBinaries, private: Option<()>) -> Result<Self> {
         let registry = bins.registry.clone().context(
             "no `registry` binary beside kube-apiserver (scripts/ensure-kube.sh builds it)",
         )?;
@@ -37,7 +69,37 @@ impl Registry {
             .context("no `oras` binary beside kube-apiserver (scripts/ensure-kube.sh builds it)")?;
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("config.yml");
-        std::fs::write(&config, "version: 0.1\n")?;
+        let private = match private {
+            None => {
+                std::fs::write(&config, "version: 0.1\n")?;
+                None
+            }
+            Some(()) => {
+                let pki = crate::pki::Pki::create(&dir.path().join("pki"))?;
+                let serving = pki.serving("registry", "registry", &["127.0.0.1"])?;
+                let username = "steward".to_owned();
+                let password = uuid::Uuid::new_v4().simple().to_string();
+                // The registry reads bcrypt entries only.
+                let hash = bcrypt::hash(&password, 4).context("hashing the password")?;
+                let htpasswd = dir.path().join("htpasswd");
+                std::fs::write(&htpasswd, format!("{username}:{hash}\n"))?;
+                std::fs::write(
+                    &config,
+                    format!(
+                        "version: 0.1\nhttp:\n  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: steward-testbed\n    path: {}\n",
+                        serving.cert.display(),
+                        serving.key.display(),
+                        htpasswd.display()
+                    ),
+                )?;
+                Some(Private {
+                    ca_pem: pki.ca_pem().to_owned(),
+                    ca_file: pki.ca_cert().to_path_buf(),
+                    username,
+                    password,
+                })
+            }
+        };
         let mut child = Command::new(&registry)
             .arg("serve")
             .arg(&config)
@@ -75,6 +137,7 @@ impl Registry {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(Self {
             addr,
+            private,
             oras,
             child,
             dir,
@@ -94,9 +157,21 @@ impl Registry {
         std::fs::copy(wasm, &component).with_context(|| format!("copying {}", wasm.display()))?;
         let config = work.path().join("config.json");
         std::fs::write(&config, r#"{"architecture":"wasm","os":"wasip2"}"#)?;
-        let out = Command::new(&self.oras)
-            .current_dir(work.path())
-            .args(["push", "--plain-http", "--no-tty", reference])
+        let mut oras = Command::new(&self.oras);
+        oras.current_dir(work.path())
+            .args(["push", "--no-tty", reference]);
+        match &self.private {
+            None => {
+                oras.arg("--plain-http");
+            }
+            Some(p) => {
+                oras.arg("--ca-file")
+                    .arg(&p.ca_file)
+                    .args(["--username", &p.username])
+                    .args(["--password", &p.password]);
+            }
+        }
+        let out = oras
             .arg("--config")
             .arg(format!("config.json:{WASM_CONFIG_MEDIA_TYPE}"))
             .arg(format!("policy.wasm:{WASM_LAYER_MEDIA_TYPE}"))
