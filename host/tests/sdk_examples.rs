@@ -54,3 +54,15 @@ fn the_javascript_example_passes_its_cases() {
         20,
     );
 }
+
+/// With `--stub-wasi` an uncaught exception would be a bare wasm trap and
+/// the host's fallback would not say what Python raised; the SDK answers
+/// with a verdict that claims nothing and names the error and its line.
+#[test]
+fn a_python_exception_becomes_a_verdict_that_names_it() {
+    let wasm = steward_testbed::sdk_examples::python_raising().expect("the raising policy builds");
+    assert_passes(
+        &policy_test(&wasm, "policies/python/testdata/raises/tests"),
+        3,
+    );
+}

@@ -555,6 +555,21 @@ class StatusPolicy:
         return values
 
 
+def _error_text(e: BaseException) -> str:
+    """``KeyError: 'x' (app.py, line 12, in evaluate)``: the error and the
+    innermost frame, read from the traceback objects themselves; the
+    ``traceback`` module would look up source lines in files, and a
+    component has none."""
+    text = f"{type(e).__name__}: {e}"
+    tb = e.__traceback__
+    if tb is None:
+        return text
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"{text} ({code.co_filename.rsplit('/', 1)[-1]}, line {tb.tb_lineno}, in {code.co_name})"
+
+
 def export(policy: type[StatusPolicy]) -> type:
     """The class implementing the WIT ``policy`` export, for ``Policy = export(Mine)``.
 
@@ -575,19 +590,36 @@ def export(policy: type[StatusPolicy]) -> type:
                 impl.load_settings(settings)
             except SettingsError as e:
                 raise Err(str(e)) from None
+            except Exception as e:
+                raise Err(f"settings check failed: {_error_text(e)}") from None
 
         def evaluate(self, observation: Observation) -> Verdict:
             try:
                 values = impl.load_settings(observation.settings)
                 problem = None
-            except SettingsError as e:
+            except Exception as e:
                 # The host never evaluates settings validate-settings refused;
                 # should it happen anyway, judge with defaults and say so
                 # rather than give no verdict.
-                values, problem = impl.settings.defaults(), str(e)
-            result = impl.evaluate(observation, values)
-            if not isinstance(result, Verdict):
-                raise TypeError(f"{policy.__name__}.evaluate returned {type(result).__name__}, not a Verdict")
+                problem = str(e) if isinstance(e, SettingsError) else _error_text(e)
+                values = impl.settings.defaults()
+            try:
+                result = impl.evaluate(observation, values)
+                if not isinstance(result, Verdict):
+                    raise TypeError(f"{policy.__name__}.evaluate returned {type(result).__name__}, not a Verdict")
+            except Exception as e:
+                # Built with --stub-wasi, an uncaught exception is a bare wasm
+                # trap (printing the traceback itself traps): the host would
+                # still fall back, but nobody would see the Python error. This
+                # verdict claims nothing and names the error and its line.
+                message = f"the policy's evaluate raised {_error_text(e)}"
+                result = verdict(
+                    [
+                        available(None, "PolicyError", message),
+                        degraded(None, "PolicyError", message),
+                    ],
+                    events=[warning("PolicyError", message)],
+                )
             if problem is not None:
                 result.events.append(warning("InvalidSettings", f"using default settings: {problem}"))
             return result

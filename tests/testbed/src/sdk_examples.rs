@@ -10,15 +10,22 @@ use sha2::{Digest, Sha256};
 
 /// policies/python's example, "at most N voters down".
 pub fn python() -> Result<PathBuf> {
-    build("python", "voters-down")
+    build("python", "examples/voters-down")
+}
+
+/// policies/python/testdata/raises: a policy whose code raises.
+pub fn python_raising() -> Result<PathBuf> {
+    build("python", "testdata/raises")
 }
 
 /// policies/js's example, "database headroom".
 pub fn js() -> Result<PathBuf> {
-    build("js", "db-headroom")
+    build("js", "examples/db-headroom")
 }
 
-fn build(lang: &str, example: &str) -> Result<PathBuf> {
+/// Builds `policies/<lang>/<dir>` with the SDK's build script.
+fn build(lang: &str, dir: &str) -> Result<PathBuf> {
+    let example = dir.replace('/', "-");
     let root = crate::repo::root();
     let sdk = root.join("policies").join(lang);
     let mut hasher = Sha256::new();
@@ -52,7 +59,7 @@ fn build(lang: &str, example: &str) -> Result<PathBuf> {
     let script = sdk.join("build.sh");
     let status = Command::new(&script)
         .arg(&tmp)
-        .arg(sdk.join("examples").join(example))
+        .arg(sdk.join(dir))
         .status()
         .with_context(|| format!("running {}", script.display()))?;
     if !status.success() {

@@ -1,0 +1,21 @@
+"""A policy whose code raises: the SDK turns the exception into a verdict
+that claims nothing and names it, instead of a bare wasm trap.
+host/tests/sdk_examples.rs builds it (with --stub-wasi, as by default)."""
+
+import steward_policy as sp
+
+
+class Raises(sp.StatusPolicy):
+    name = "raises"
+    settings = sp.Settings(sp.Setting("crashCheck", False))
+
+    def check_settings(self, settings: dict) -> None:
+        if settings["crashCheck"]:
+            {}["crash"]
+
+    def evaluate(self, obs: sp.Observation, settings: dict) -> sp.Verdict:
+        share = 1 // len(obs.members)
+        return sp.verdict([sp.available(True, "Fine", str(share)), sp.degraded(False, "Fine")])
+
+
+Policy = sp.export(Raises)
