@@ -2,7 +2,8 @@
 # Measures the operator at rest (docs/benchmarks.md, "Quiet at rest"): N
 # one-member clusters on the sandbox's real control plane, all Available
 # and settled, then for WINDOW seconds: EtcdCluster writes (a watch on
-# them), the apiserver's resourceVersion, and the operator's CPU time.
+# them), the apiserver's resourceVersion, the apiserver's write requests by
+# resource (its apiserver_request_total), and the operator's CPU time.
 #
 #   N=30 WINDOW=60 scripts/measure-at-rest.sh
 #
@@ -69,15 +70,59 @@ kubectl get etcdclusters -A --watch-only -o name >"$dir/writes" 2>/dev/null &
 watch=$!
 pids+=("$watch")
 sleep 2
+# Every write request the apiserver served, by resource and verb: who
+# moves the resourceVersion (each resource has known writers).
+requests() { kubectl get --raw /metrics | grep '^apiserver_request_total{' >"$1"; }
+requests "$dir/requests0"
+kubectl get events -A -o json >"$dir/events0.json"
 rv0=$(rv); cpu0=$(cpu)
 sleep "$WINDOW"
 rv1=$(rv); cpu1=$(cpu)
+requests "$dir/requests1"
+kubectl get events -A -o json >"$dir/events1.json"
 kill "$watch" 2>/dev/null || true
 writes=$(wc -l <"$dir/writes")
 
-python3 - "$N" "$WINDOW" "$writes" "$rv0" "$rv1" "$cpu0" "$cpu1" "$ticks" <<'PY'
-import sys
-n, window, writes, rv0, rv1, cpu0, cpu1, ticks = (float(x) for x in sys.argv[1:])
+python3 - "$N" "$WINDOW" "$writes" "$rv0" "$rv1" "$cpu0" "$cpu1" "$ticks" "$dir/requests0" "$dir/requests1" "$dir/events0.json" "$dir/events1.json" <<'PY'
+import json, re, sys
+from collections import Counter
+n, window, writes, rv0, rv1, cpu0, cpu1, ticks = (float(x) for x in sys.argv[1:9])
+
+def writes_by_resource(path):
+    out = Counter()
+    for line in open(path):
+        labels, value = line.rsplit(" ", 1)
+        l = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if l.get("verb") in ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION") \
+                and l.get("code", "").startswith("2"):
+            res = l["resource"] + ("/" + l["subresource"] if l.get("subresource") else "")
+            out[(res, l["verb"])] += float(value)
+    return out
+
+before, after = writes_by_resource(sys.argv[9]), writes_by_resource(sys.argv[10])
+served = Counter({k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0) > 0})
+print(f"apiserver writes in the window: {sum(served.values()):.0f}, by resource:")
+for (res, verb), count in served.most_common():
+    print(f"  {res:<32} {verb:<7} {count:6.0f} = {count / window:6.2f} per s")
+# An Event said again is a PATCH of its count: who said what how often
+# in the window (the rise of each Event's count, new Events included).
+def counts(path):
+    out = {}
+    for e in json.load(open(path))["items"]:
+        source = e.get("reportingComponent") or (e.get("source") or {}).get("component", "")
+        # Old-style recorders count in `count`, events.k8s.io ones in `series`.
+        count = max(e.get("count") or 0, (e.get("series") or {}).get("count") or 0, 1)
+        out[e["metadata"]["uid"]] = (source, e.get("reason", ""), count)
+    return out
+e0, e1 = counts(sys.argv[11]), counts(sys.argv[12])
+said = Counter()
+for uid, (source, reason, count) in e1.items():
+    said[(source, reason)] += count - (e0.get(uid, (None, None, 0))[2])
+print("Events said in the window, by source and reason:")
+for (source, reason), count in said.most_common():
+    if count > 0:
+        print(f"  {source:<28} {reason:<28} {count:6} = {count / window:6.2f} per s")
+
 cpu = (cpu1 - cpu0) / ticks / window  # cores
 print(f"clusters {n:.0f}, window {window:.0f} s")
 print(f"EtcdCluster writes: {writes:.0f} = {writes / n / (window / 15):.2f} per cluster per 15 s")
