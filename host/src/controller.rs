@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
@@ -36,16 +36,30 @@ fn policy_error_policy(
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The policies that read this ConfigMap of the operator's namespace: as
-/// their source, or as the CA bundle of their registry.
+/// The objects of the operator's namespace a policy reads.
+#[derive(Clone, Copy)]
+enum Read<'a> {
+    /// As its source, or as the CA bundle of its registry.
+    ConfigMap(&'a str),
+    /// As its registry's pull Secret.
+    Secret(&'a str),
+}
+
+/// The policies that read this object: a change to it reloads them.
 fn policies_using(
     store: &Store<EtcdStatusPolicy>,
-    config_map: &str,
+    object: Read,
 ) -> Vec<ObjectRef<EtcdStatusPolicy>> {
     let uses = |p: &EtcdStatusPolicy| {
         let source = &p.spec.source;
-        source.config_map.as_ref().map(|c| c.name.as_str()) == Some(config_map)
-            || source.oci.as_ref().and_then(|o| o.ca_config_map.as_deref()) == Some(config_map)
+        let oci = source.oci.as_ref();
+        match object {
+            Read::ConfigMap(name) => {
+                source.config_map.as_ref().map(|c| c.name.as_str()) == Some(name)
+                    || oci.and_then(|o| o.ca_config_map.as_deref()) == Some(name)
+            }
+            Read::Secret(name) => oci.and_then(|o| o.pull_secret.as_deref()) == Some(name),
+        }
     };
     store
         .state()
@@ -100,10 +114,10 @@ pub async fn run(
     )
     .run(crate::member::reconcile_member, error_policy, ctx.clone())
     .for_each(|_| futures::future::ready(()));
-    // Policies: their ConfigMaps are watched by metadata only (the
-    // reconcile reads the one it needs). Pull Secrets are not watched at
-    // all: the operator may only `get` the one a policy names, and a
-    // policy that failed is tried again every minute.
+    // Policies: the ConfigMaps and pull Secrets of the operator's
+    // namespace are watched by metadata only (no Secret data travels on
+    // the watch; the reconcile reads the one a policy names), so a fixed
+    // or rotated source is used at once.
     let policy_ns = ctx.config.policy_namespace.clone();
     let pctx = Arc::new(PolicyContext {
         ctx: ctx.clone(),
@@ -118,6 +132,13 @@ pub async fn run(
     let policy_store = policy_ctl.store();
     let policy_ctl = {
         let by_cm = policy_store.clone();
+        let by_secret = policy_store.clone();
+        let secrets = watcher(
+            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &policy_ns),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .touched_objects();
         let configmaps = watcher(
             Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), &policy_ns),
             watcher::Config::default(),
@@ -135,7 +156,10 @@ pub async fn run(
         .predicate_filter(predicates::generation, Default::default());
         policy_ctl
             .watches_stream(configmaps, move |cm: PartialObjectMeta<ConfigMap>| {
-                policies_using(&by_cm, &cm.name_any())
+                policies_using(&by_cm, Read::ConfigMap(&cm.name_any()))
+            })
+            .watches_stream(secrets, move |secret: PartialObjectMeta<Secret>| {
+                policies_using(&by_secret, Read::Secret(&secret.name_any()))
             })
             // A cluster that starts selecting a policy changes its count.
             .watches_stream(selections, |cluster: EtcdCluster| {
@@ -236,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn a_config_map_change_reaches_the_policies_that_read_it_as_source_or_ca() {
+    fn a_change_reaches_the_policies_that_read_the_object() {
         let (store, mut writer) = reflector::store::<EtcdStatusPolicy>();
         for p in [
             policy(
@@ -249,17 +273,26 @@ mod tests {
             ),
             policy(
                 "other",
-                serde_json::json!({"oci": {"reference": "r.example/p:v1", "caConfigMap": "other-ca"}}),
+                serde_json::json!({"oci": {"reference": "r.example/p:v1", "caConfigMap": "other-ca", "pullSecret": "shared"}}),
             ),
         ] {
             writer.apply_watcher_event(&watcher::Event::Apply(p));
         }
-        let mut names: Vec<String> = policies_using(&store, "shared")
-            .into_iter()
-            .map(|r| r.name)
-            .collect();
-        names.sort();
-        assert_eq!(names, ["from-cm", "with-ca"]);
-        assert!(policies_using(&store, "unrelated").is_empty());
+        let names = |read| {
+            let mut names: Vec<String> = policies_using(&store, read)
+                .into_iter()
+                .map(|r| r.name)
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(Read::ConfigMap("shared")), ["from-cm", "with-ca"]);
+        assert_eq!(
+            names(Read::Secret("shared")),
+            ["other"],
+            "a Secret by that name is another object"
+        );
+        assert!(names(Read::ConfigMap("unrelated")).is_empty());
+        assert!(names(Read::Secret("unrelated")).is_empty());
     }
 }

@@ -562,6 +562,25 @@ fn a_policy_is_pulled_from_a_private_registry_with_its_ca_and_credentials() {
             "{message}"
         );
         assert_eq!(p.status.as_ref().unwrap().digest, None);
+        // The platform team fixes the Secret: the policy loads.
+        secrets
+            .patch(
+                "wrong-credentials",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({
+                    "stringData": {".dockerconfigjson": private.docker_config_json(&registry.addr)}
+                })),
+            )
+            .await
+            .expect("fixing the pull Secret");
+        let p = wait_policy(&env, "wrong-credentials", "Ready=True once fixed", |p| {
+            policy_condition(p, "Ready").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert_eq!(
+            p.status.as_ref().unwrap().digest.as_deref(),
+            Some(pinned.as_str())
+        );
 
         // A cluster selects the private policy and runs it.
         env.wait_available("private", 3).await;
