@@ -38,6 +38,9 @@ pub struct OperatorConfig {
     /// this bounds the writes of a cluster at rest. Keep it at most half
     /// the policy's staleness window (the default policy's is 30 s).
     pub verified_refresh: Duration,
+    /// How often an EtcdStatusPolicy is looked at with nothing changed
+    /// (its cluster count, another try of a version that failed).
+    pub policy_recheck: Duration,
     /// Consecutive Pod failures after which a member is replaced (0: never).
     pub crash_loop_threshold: u32,
     /// Wait before recreating a Pod that failed again: this, doubling per
@@ -58,6 +61,7 @@ impl Default for OperatorConfig {
             resync: Duration::from_secs(2),
             busy_resync: Duration::from_secs(1),
             verified_refresh: Duration::from_secs(15),
+            policy_recheck: Duration::from_secs(60),
             promote_max_lag: 32,
             crash_loop_threshold: 5,
             recreate_backoff: Duration::from_secs(1),

@@ -115,9 +115,8 @@ pub async fn run(
     .run(crate::member::reconcile_member, error_policy, ctx.clone())
     .for_each(|_| futures::future::ready(()));
     // Policies: the ConfigMaps and pull Secrets of the operator's
-    // namespace are watched by metadata only (no Secret data travels on
-    // the watch; the reconcile reads the one a policy names), so a fixed
-    // or rotated source is used at once.
+    // namespace are watched by metadata only (the reconcile reads the one
+    // a policy names), so a fixed source is used at once.
     let policy_ns = ctx.config.policy_namespace.clone();
     let pctx = Arc::new(PolicyContext {
         ctx: ctx.clone(),
@@ -133,9 +132,13 @@ pub async fn run(
     let policy_ctl = {
         let by_cm = policy_store.clone();
         let by_secret = policy_store.clone();
+        // Pull Secrets only. The watch carries metadata, but kubectl's
+        // last-applied-configuration annotation can repeat a Secret's
+        // data, so no other Secret of the namespace is watched at all.
         let secrets = watcher(
             Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &policy_ns),
-            watcher::Config::default(),
+            watcher::Config::default()
+                .fields(&format!("type={}", crate::policy::source::PULL_SECRET_TYPE)),
         )
         .default_backoff()
         .touched_objects();

@@ -215,6 +215,15 @@ impl Metrics {
         }
     }
 
+    /// A verdict an SDK made of an exception in the policy's code.
+    pub fn count_caught_policy_error(&self) {
+        self.policy_failures
+            .get_or_create(&KindLabel {
+                kind: crate::conditions::reason::POLICY_ERROR.into(),
+            })
+            .inc();
+    }
+
     /// A verdict the host rejected because it claimed a verified quorum
     /// that etcd did not confirm.
     pub fn count_rejected_verdict(&self) {
@@ -399,6 +408,11 @@ mod tests {
         assert!(!text.contains(r#"db_size_bytes{namespace="prod",name="main",member="main-b"}"#));
         assert!(text.contains(r#"etcd_steward_cluster_available{namespace="prod",name="main"} 0"#));
         assert!(text.contains(r#"policy_failures_total{namespace="prod",name="main"} 1"#));
+        m.count_caught_policy_error();
+        assert!(
+            m.encode()
+                .contains(r#"etcd_steward_policy_failures_total{kind="PolicyError"} 1"#)
+        );
         m.retain_clusters(&BTreeSet::new());
         assert!(!m.encode().contains(r#"name="main""#), "{}", m.encode());
     }

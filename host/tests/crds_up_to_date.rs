@@ -133,6 +133,16 @@ fn helm_cluster_role_rules_match_the_plain_manifest() {
         rules_block(&plain, "kind: ClusterRole\n"),
         "deploy/helm/etcd-steward/templates/clusterrole.yaml and deploy/01-rbac.yaml grant different rules"
     );
+    // The Role for policy sources in the operator's namespace, likewise.
+    let chart = std::fs::read_to_string(
+        repo_root().join("deploy/helm/etcd-steward/templates/policy-sources.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        rules_block(&chart, "kind: Role\n"),
+        rules_block(&plain, "name: etcd-steward-policy-sources\n"),
+        "deploy/helm/etcd-steward/templates/policy-sources.yaml and deploy/01-rbac.yaml grant different rules"
+    );
 }
 
 /// The examples users copy parse as EtcdClusters.

@@ -510,6 +510,14 @@ fn a_policy_is_pulled_from_a_private_registry_with_its_ca_and_credentials() {
         )
         .await;
 
+        // Nothing listens on the discard port.
+        create_policy(
+            &env,
+            "unreachable",
+            &pinned,
+            serde_json::json!({"oci": {"reference": "127.0.0.1:9/platform/raft-lag:v1", "insecure": true}}),
+        )
+        .await;
         create_policy(
             &env,
             "wrong-credentials",
@@ -526,16 +534,33 @@ fn a_policy_is_pulled_from_a_private_registry_with_its_ca_and_credentials() {
             p.status.as_ref().unwrap().digest.as_deref(),
             Some(pinned.as_str())
         );
-        let refused = |p: &EtcdStatusPolicy| {
-            policy_condition(p, "Ready").is_some_and(|c| c.1 == "SourceUnreachable")
+        let reason = |reason: &'static str| {
+            move |p: &EtcdStatusPolicy| policy_condition(p, "Ready").is_some_and(|c| c.1 == reason)
         };
-        let p = wait_policy(&env, "without-ca", "SourceUnreachable", refused).await;
-        // Retried, so not Failed for kstatus; but nothing runs, which Argo
-        // CD shows.
-        assert_policy_read(&env, &p, "InProgress", "Degraded");
+        // TLS refused the certificate: retrying would change nothing.
+        let p = wait_policy(
+            &env,
+            "without-ca",
+            "SourceUntrusted",
+            reason("SourceUntrusted"),
+        )
+        .await;
+        assert_policy_read(&env, &p, "Failed", "Degraded");
         let (_, _, message) = policy_condition(&p, "Ready").unwrap();
         assert!(message.contains("UnknownIssuer"), "{message}");
+        assert!(message.contains("spec.source.oci.caConfigMap"), "{message}");
         assert_eq!(p.status.as_ref().unwrap().digest, None);
+        // Nothing answers: retried, so not Failed for kstatus; but nothing
+        // runs, which Argo CD shows.
+        let p = wait_policy(
+            &env,
+            "unreachable",
+            "SourceUnreachable",
+            reason("SourceUnreachable"),
+        )
+        .await;
+        assert_policy_read(&env, &p, "InProgress", "Degraded");
+        assert_eq!(policy_condition(&p, "Stalled").map(|c| c.0), Some("False"));
         let p = wait_policy(&env, "without-credentials", "SourceUnauthorized", |p| {
             policy_condition(p, "Ready").is_some_and(|c| c.1 == "SourceUnauthorized")
         })
@@ -610,6 +635,10 @@ fn a_policy_is_pulled_from_a_private_registry_with_its_ca_and_credentials() {
         assert!(!said.contains(&private.password));
         assert!(!said.contains("not-the-password"));
         assert!(said.contains("UnknownIssuer"), "the refusals were read too");
+        assert!(
+            said.contains("wrong-credentials"),
+            "the refusals were read too"
+        );
         registry.stop().await;
         env.shutdown().await;
     });

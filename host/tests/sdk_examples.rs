@@ -63,6 +63,6 @@ fn a_python_exception_becomes_a_verdict_that_names_it() {
     let wasm = steward_testbed::sdk_examples::python_raising().expect("the raising policy builds");
     assert_passes(
         &policy_test(&wasm, "policies/python/testdata/raises/tests"),
-        3,
+        5,
     );
 }

@@ -39,6 +39,12 @@ pub struct RunArgs {
     /// the default policy).
     #[arg(long, default_value_t = 15)]
     pub verified_refresh_seconds: u64,
+    /// How often each EtcdStatusPolicy is looked at with nothing changed,
+    /// in seconds: its cluster count, and another try of a version that
+    /// failed to load (a re-pushed tag, which no watch sees). Changes to a
+    /// policy, its ConfigMaps and its pull Secret are watched, not polled.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub policy_recheck_seconds: u64,
     /// Deadline of one policy evaluation (instantiation included), in
     /// milliseconds, for a policy whose EtcdStatusPolicy sets none.
     #[arg(long, default_value_t = 50)]
@@ -105,6 +111,7 @@ impl RunArgs {
             resync: Duration::from_millis(self.resync_ms),
             busy_resync: Duration::from_millis(self.resync_ms.min(1000)),
             verified_refresh: Duration::from_secs(self.verified_refresh_seconds),
+            policy_recheck: Duration::from_secs(self.policy_recheck_seconds),
             crash_loop_threshold: self.crash_loop_threshold,
             policy_namespace: self
                 .policy_namespace

@@ -186,6 +186,9 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         }
     };
     ctx.metrics.observe_policy(evaluation.error.as_ref());
+    if evaluation.error.is_none() && caught_by_sdk(&evaluation.verdict) {
+        ctx.metrics.count_caught_policy_error();
+    }
     if let Some(e) = evaluation.error {
         return Evaluated::fallback(observed, status, PolicyProblem::Failed(e)).noting(deprecation);
     }
@@ -204,4 +207,13 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         deprecation,
         observed,
     }
+}
+
+/// A verdict an SDK returned for an exception it caught in the policy's
+/// code: valid, and written as it is, but a failure of the policy all the
+/// same, for the failure metrics an alert watches.
+pub fn caught_by_sdk(verdict: &Verdict) -> bool {
+    verdict
+        .condition(crate::conditions::AVAILABLE)
+        .is_some_and(|c| c.reason == crate::conditions::reason::POLICY_ERROR)
 }

@@ -268,7 +268,7 @@ pub async fn write(evaluated: Evaluated, ctx: &Context) -> Result<StatusWritten,
 const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 << 30;
 
 /// The metrics' view of this reconcile.
-fn health(e: &Evaluated, status: &EtcdClusterStatus) -> crate::metrics::ClusterHealth {
+pub(crate) fn health(e: &Evaluated, status: &EtcdClusterStatus) -> crate::metrics::ClusterHealth {
     let answered = e.observed.answered();
     let leader_id = e.observed.leader_id();
     let alarm_count = |kind: sdk::AlarmKind| {
@@ -294,7 +294,7 @@ fn health(e: &Evaluated, status: &EtcdClusterStatus) -> crate::metrics::ClusterH
                 .find(|(_, s)| s.member_id == id)
                 .map(|(name, _)| ((*name).to_owned(), id))
         }),
-        policy_failed: e.problem.is_some(),
+        policy_failed: e.problem.is_some() || crate::cluster::evaluate::caught_by_sdk(&e.verdict),
         quota_bytes: e
             .observed
             .observation

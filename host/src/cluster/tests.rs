@@ -139,3 +139,38 @@ fn at_rest_the_verification_time_moves_only_every_refresh() {
     );
     assert_eq!(status::at_rest(later(5), None, refresh), later(5));
 }
+
+/// A verdict an SDK made of an exception it caught is written as it is,
+/// but counts as a policy failure, so an alert on failures sees it.
+#[tokio::test]
+async fn a_verdict_for_a_caught_exception_counts_as_a_policy_failure() {
+    let (ctx, _writers) = context();
+    let cluster = Arc::new(stale_healthy_cluster());
+    let observed = observe::observe(&cluster, &ctx).await;
+    let mut evaluated = evaluate::evaluate(observed, &ctx).await;
+    let step = plan::plan(&evaluated.observed.plan_facts(false, &ctx.config));
+    let next = status::next_status(&evaluated, &step, &ctx);
+    assert!(!status::health(&evaluated, &next).policy_failed);
+
+    let caught = |type_: &str| sdk::Condition {
+        type_: type_.into(),
+        status: sdk::ConditionStatus::Unknown,
+        reason: "PolicyError".into(),
+        message: "the policy's evaluate raised KeyError: 'x' (app.py, line 3, in evaluate)".into(),
+    };
+    evaluated.verdict = sdk::Verdict {
+        conditions: vec![caught("Available"), caught("Degraded")],
+        ready_members: 0,
+        verified: false,
+        requeue_after_ms: None,
+        events: vec![],
+    };
+    assert!(evaluate::caught_by_sdk(&evaluated.verdict));
+    let next = status::next_status(&evaluated, &step, &ctx);
+    assert_eq!(
+        next.condition("Available").map(|c| c.reason.as_str()),
+        Some("PolicyError"),
+        "written as the policy said"
+    );
+    assert!(status::health(&evaluated, &next).policy_failed);
+}

@@ -51,6 +51,10 @@ pub mod reason {
     pub const INVALID_POLICY_SETTINGS: &str = "InvalidPolicySettings";
     /// The host stood in for a policy that failed or could not be loaded.
     pub const POLICY_FAILED: &str = "PolicyFailed";
+    /// Not the host's: the reason the Python and JavaScript SDKs give the
+    /// verdict they return for an exception they caught in the policy's
+    /// code. The host counts such a verdict as a policy failure.
+    pub const POLICY_ERROR: &str = "PolicyError";
     /// Replaces a reason the apiserver would reject.
     pub const UNSPECIFIED: &str = "Unspecified";
 }

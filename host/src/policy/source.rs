@@ -16,6 +16,10 @@ use crate::api::{CA_BUNDLE_KEY, ConfigMapPolicySource, DEFAULT_POLICY_KEY, OciPo
 /// that oras, wkg and Kubewarden use).
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 
+/// The type of a pull Secret: a `.dockerconfigjson` key, as
+/// `kubectl create secret docker-registry` writes it.
+pub const PULL_SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
+
 /// How long one pull may take, manifest and blob together.
 const PULL_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -31,6 +35,10 @@ pub enum FetchError {
     /// The registry refused the credentials, or anonymous access.
     #[error("{0}")]
     Unauthorized(String),
+    /// The registry's certificate was refused (an unknown CA, a name that
+    /// does not match, an expired certificate): retrying changes nothing.
+    #[error("{0}")]
+    Untrusted(String),
     /// The artifact's component is not the pinned one; nothing was downloaded.
     #[error("{0}")]
     DigestMismatch(String),
@@ -110,21 +118,46 @@ pub async fn from_oci(
     // The chain, not only the top: "error sending request" alone does not
     // say that the certificate was refused, or why.
     let unreachable = |e: oci_client::errors::OciDistributionError| {
-        use oci_client::errors::OciDistributionError as E;
+        use oci_client::errors::{OciDistributionError as E, OciErrorCode};
         let said = crate::text::one_line(&error_chain(&e));
-        match e {
-            E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => {
-                FetchError::Unauthorized(match &source.pull_secret {
-                    None => format!(
-                        "pulling {at}: the registry refused anonymous access (spec.source.oci has no pullSecret): {said}"
-                    ),
-                    Some(name) => format!(
-                        "pulling {at}: the registry refused the credentials in Secret {namespace}/{name}: {said}"
-                    ),
-                })
-            }
-            _ => FetchError::Unreachable(format!("pulling {at}: {said}")),
+        let refused = match &e {
+            E::UnauthorizedError { .. } | E::ServerError { code: 403, .. } => true,
+            E::RegistryError { envelope, .. } => envelope
+                .errors
+                .iter()
+                .any(|o| matches!(o.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
+            _ => false,
+        };
+        if refused {
+            // oci-client retries a failed token exchange anonymously, so on
+            // a token registry a token server that failed reads as a 401
+            // too: the message keeps the registry's own words.
+            return FetchError::Unauthorized(match &source.pull_secret {
+                None if source.insecure => format!(
+                    "pulling {at}: the registry refused anonymous access (a pullSecret needs a registry with TLS, not insecure: true): {said}"
+                ),
+                None => format!(
+                    "pulling {at}: the registry refused anonymous access (spec.source.oci has no pullSecret): {said}"
+                ),
+                Some(name) => format!(
+                    "pulling {at}: the registry refused the credentials in Secret {namespace}/{name}: {said}"
+                ),
+            });
         }
+        // By type where the causes show it; otherwise by rustls' own words
+        // for InvalidCertificate, since the connector layers between
+        // reqwest and rustls do not all expose the error they box.
+        if certificate_refused(&e) || said.contains("invalid peer certificate: ") {
+            let hint = if source.ca_config_map.is_some() {
+                "check that spec.source.oci.caConfigMap holds the CA that signed it"
+            } else {
+                "if a private CA signed it, name a ConfigMap holding that CA in spec.source.oci.caConfigMap"
+            };
+            return FetchError::Untrusted(format!(
+                "pulling {at}: the registry's certificate was refused ({hint}): {said}"
+            ));
+        }
+        FetchError::Unreachable(format!("pulling {at}: {said}"))
     };
     let pull = async {
         let (manifest, _) = client
@@ -245,9 +278,35 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// The certificates under `ca.crt` of the CA ConfigMap, each checked to be
-/// a certificate, so a bad bundle is reported as such rather than as a
-/// registry that cannot be verified.
+/// Whether TLS refused the registry's certificate somewhere in `e`'s
+/// causes. rustls' error sits inside an `io::Error`, whose `source()` skips
+/// it, so each `io::Error` is opened too.
+fn certificate_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let refused = |e: &(dyn std::error::Error + 'static)| {
+        matches!(
+            e.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(_))
+        )
+    };
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        if refused(cause)
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| refused(inner))
+        {
+            return true;
+        }
+        next = cause.source();
+    }
+    false
+}
+
+/// The certificates under `ca.crt` of the CA ConfigMap: every PEM
+/// `CERTIFICATE` block (other blocks are skipped), so a bundle without one
+/// is reported as such rather than as a registry that cannot be verified.
+/// A block that is not DER of a certificate fails when the client is built.
 fn ca_bundle(
     cm: Option<&ConfigMap>,
     namespace: &str,
@@ -302,13 +361,21 @@ fn pull_auth(
             "Secret {namespace}/{name} (spec.source.oci.pullSecret) not found"
         ))
     })?;
+    // The only type the operator watches (the watch has this field
+    // selector), so another one would never be seen to change.
+    if secret.type_.as_deref() != Some(PULL_SECRET_TYPE) {
+        return Err(FetchError::Missing(format!(
+            "Secret {namespace}/{name} is of type {}, not {PULL_SECRET_TYPE} (kubectl create secret docker-registry makes one)",
+            secret.type_.as_deref().unwrap_or("Opaque")
+        )));
+    }
     let config = secret
         .data
         .as_ref()
         .and_then(|d| d.get(".dockerconfigjson"))
         .ok_or_else(|| {
             FetchError::Missing(format!(
-                "Secret {namespace}/{name} has no .dockerconfigjson key (type kubernetes.io/dockerconfigjson)"
+                "Secret {namespace}/{name} has no .dockerconfigjson key"
             ))
         })?;
     docker_config_auth(&config.0, registry).ok_or_else(|| {
@@ -380,6 +447,59 @@ mod tests {
         let err = capped.write_all(b"e").await.unwrap_err();
         assert!(err.to_string().contains("limit of 4 bytes"), "{err}");
         assert_eq!(capped.bytes, b"abcd");
+    }
+
+    #[test]
+    fn a_refused_certificate_is_found_inside_the_io_error_that_carries_it() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("error sending request")]
+        struct Outer(#[source] std::io::Error);
+        let refused = Outer(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        ));
+        assert!(certificate_refused(&refused));
+        let other = Outer(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+        assert!(!certificate_refused(&other));
+        let handshake = Outer(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::HandshakeNotComplete,
+        ));
+        assert!(
+            !certificate_refused(&handshake),
+            "only the certificate's refusal"
+        );
+    }
+
+    fn pull_secret(type_: &str) -> Secret {
+        Secret {
+            type_: Some(type_.to_owned()),
+            data: Some(
+                [(
+                    ".dockerconfigjson".to_owned(),
+                    k8s_openapi::ByteString(
+                        br#"{"auths": {"r.example": {"username": "u", "password": "p"}}}"#.to_vec(),
+                    ),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pull_secret_must_be_a_dockerconfigjson_one() {
+        assert!(pull_auth(Some(&pull_secret(PULL_SECRET_TYPE)), "ns", "s", "r.example").is_ok());
+        let err = pull_auth(Some(&pull_secret("Opaque")), "ns", "s", "r.example")
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "Secret ns/s is of type Opaque, not kubernetes.io/dockerconfigjson (kubectl create secret docker-registry makes one)"
+        );
     }
 
     fn ca_map(pem: &str) -> ConfigMap {

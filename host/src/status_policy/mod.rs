@@ -45,10 +45,6 @@ pub struct PolicyContext {
     pub compiling: tokio::sync::Mutex<()>,
 }
 
-/// How often a policy is looked at with nothing changed: its cluster
-/// count, and another try of a version that failed for a reason that does
-/// not pass by itself (a missing Secret, a tag that holds other bytes).
-const RECOUNT: Duration = Duration::from_secs(60);
 /// How soon a registry that did not answer is asked again.
 const RETRY_FETCH: Duration = Duration::from_secs(15);
 
@@ -90,7 +86,10 @@ pub async fn reconcile_policy(
     }
     Ok(match &entry {
         Entry::Failed { failure, .. } if failure.transient => Action::requeue(RETRY_FETCH),
-        _ => Action::requeue(RECOUNT),
+        // Nothing changed: the cluster count, and another try of a version
+        // that failed for a reason a watch cannot see pass (a tag that
+        // now holds other bytes).
+        _ => Action::requeue(ctx.config.policy_recheck),
     })
 }
 
@@ -307,6 +306,7 @@ async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
                     FetchError::Unreachable(_) => ("SourceUnreachable", true),
                     FetchError::Missing(_) => ("SourceMissing", false),
                     FetchError::Unauthorized(_) => ("SourceUnauthorized", false),
+                    FetchError::Untrusted(_) => ("SourceUntrusted", false),
                     FetchError::DigestMismatch(_) => ("DigestMismatch", false),
                     FetchError::TooLarge(_) => ("LimitsExceeded", false),
                 };

@@ -51,6 +51,9 @@ pub fn run_args() -> RunArgs {
         probe_deadline_ms: 2000,
         resync_ms: 2000,
         verified_refresh_seconds: 15,
+        // An hour: in a test, anything a policy picks up came through a
+        // watch, not through the minute's recheck.
+        policy_recheck_seconds: 3600,
         policy_deadline_ms: 200,
         policy_memory_mib: 64,
         policy_component_mib: 64,

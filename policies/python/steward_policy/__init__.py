@@ -557,17 +557,22 @@ class StatusPolicy:
 
 def _error_text(e: BaseException) -> str:
     """``KeyError: 'x' (app.py, line 12, in evaluate)``: the error and the
-    innermost frame, read from the traceback objects themselves; the
-    ``traceback`` module would look up source lines in files, and a
-    component has none."""
-    text = f"{type(e).__name__}: {e}"
+    innermost frame of the policy's own code (not this SDK's), read from the
+    traceback objects themselves; the ``traceback`` module would look up
+    source lines in files, and a component has none."""
+    try:
+        said = str(e)
+    except Exception:  # a __str__ that raises must not turn into a trap
+        said = "(its message could not be read)"
+    text = f"{type(e).__name__}: {said}" if said else type(e).__name__
+    where = None
     tb = e.__traceback__
-    if tb is None:
-        return text
-    while tb.tb_next is not None:
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename != globals().get("__file__"):
+            where = f"{code.co_filename.rsplit('/', 1)[-1]}, line {tb.tb_lineno}, in {code.co_name}"
         tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    return f"{text} ({code.co_filename.rsplit('/', 1)[-1]}, line {tb.tb_lineno}, in {code.co_name})"
+    return f"{text} ({where})" if where else text
 
 
 def export(policy: type[StatusPolicy]) -> type:

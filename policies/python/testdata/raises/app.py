@@ -7,13 +7,17 @@ import steward_policy as sp
 
 class Raises(sp.StatusPolicy):
     name = "raises"
-    settings = sp.Settings(sp.Setting("crashCheck", False))
+    settings = sp.Settings(sp.Setting("crashCheck", False), sp.Setting("mode", "divide"))
 
     def check_settings(self, settings: dict) -> None:
         if settings["crashCheck"]:
             {}["crash"]
 
     def evaluate(self, obs: sp.Observation, settings: dict) -> sp.Verdict:
+        if settings["mode"] == "return-int":
+            return 42
+        if settings["mode"] == "sdk-helper":
+            sp.quorum(None)
         share = 1 // len(obs.members)
         return sp.verdict([sp.available(True, "Fine", str(share)), sp.degraded(False, "Fine")])
 
