@@ -118,31 +118,39 @@ fn deploy_manifests_are_well_formed_and_rbac_names_real_resources() {
 #[test]
 fn helm_cluster_role_rules_match_the_plain_manifest() {
     fn rules_block(text: &str, after: &str) -> String {
-        let start = text.find(after).expect("the ClusterRole is there");
+        let start = text.find(after).expect("the role is there");
         let rules = &text[start..];
         let rules = &rules[rules.find("rules:").expect("it has rules")..];
         rules.split("\n---").next().unwrap().trim_end().to_owned()
     }
     let plain = std::fs::read_to_string(repo_root().join("deploy/01-rbac.yaml")).unwrap();
-    let chart = std::fs::read_to_string(
-        repo_root().join("deploy/helm/etcd-steward/templates/clusterrole.yaml"),
-    )
-    .unwrap();
-    assert_eq!(
-        rules_block(&chart, "kind: ClusterRole\n"),
-        rules_block(&plain, "kind: ClusterRole\n"),
-        "deploy/helm/etcd-steward/templates/clusterrole.yaml and deploy/01-rbac.yaml grant different rules"
-    );
-    // The Role for policy sources in the operator's namespace, likewise.
-    let chart = std::fs::read_to_string(
-        repo_root().join("deploy/helm/etcd-steward/templates/policy-sources.yaml"),
-    )
-    .unwrap();
-    assert_eq!(
-        rules_block(&chart, "kind: Role\n"),
-        rules_block(&plain, "name: etcd-steward-policy-sources\n"),
-        "deploy/helm/etcd-steward/templates/policy-sources.yaml and deploy/01-rbac.yaml grant different rules"
-    );
+    // The ClusterRole, and the Role for policy sources in the operator's
+    // namespace: (the chart's template, where its rules start, where the
+    // plain manifest's start).
+    for (template, in_chart, in_plain) in [
+        (
+            "clusterrole.yaml",
+            "kind: ClusterRole\n",
+            "kind: ClusterRole\n",
+        ),
+        (
+            "policy-sources.yaml",
+            "kind: Role\n",
+            "name: etcd-steward-policy-sources\n",
+        ),
+    ] {
+        let chart = std::fs::read_to_string(
+            repo_root()
+                .join("deploy/helm/etcd-steward/templates")
+                .join(template),
+        )
+        .unwrap();
+        assert_eq!(
+            rules_block(&chart, in_chart),
+            rules_block(&plain, in_plain),
+            "deploy/helm/etcd-steward/templates/{template} and deploy/01-rbac.yaml grant different rules"
+        );
+    }
 }
 
 /// The examples users copy parse as EtcdClusters.

@@ -40,20 +40,12 @@ struct Chain {
     code: Option<Code>,
     io_kinds: Vec<std::io::ErrorKind>,
     /// Each layer's own text, outermost first, without repeats.
-    texts: Vec<String>,
+    texts: crate::text::Layers,
 }
 
 impl Chain {
     fn push_text(&mut self, text: &str) {
-        let text = text.trim();
-        if text.is_empty() {
-            return;
-        }
-        // Many layers repeat their source's text in their own Display.
-        if self.texts.iter().any(|t| t.contains(text)) {
-            return;
-        }
-        self.texts.push(text.to_owned());
+        self.texts.push(text);
     }
 
     fn walk(&mut self, mut next: Option<&(dyn StdError + 'static)>) {
@@ -75,7 +67,7 @@ impl Chain {
     }
 
     fn message(&self) -> String {
-        self.texts.join(": ")
+        self.texts.joined()
     }
 
     fn kind(&self) -> ProbeErrorKind {

@@ -115,11 +115,9 @@ pub async fn from_oci(
     })
     .map_err(|e| FetchError::Missing(format!("configuring the registry client: {e}")))?;
     let at = &source.reference;
-    // The chain, not only the top: "error sending request" alone does not
-    // say that the certificate was refused, or why.
     let unreachable = |e: oci_client::errors::OciDistributionError| {
         use oci_client::errors::{OciDistributionError as E, OciErrorCode};
-        let said = crate::text::one_line(&error_chain(&e));
+        let said = crate::text::one_line(&crate::text::error_chain(&e));
         let refused = match &e {
             E::UnauthorizedError { .. } | E::ServerError { code: 403, .. } => true,
             E::RegistryError { envelope, .. } => envelope
@@ -144,10 +142,7 @@ pub async fn from_oci(
                 ),
             });
         }
-        // By type where the causes show it; otherwise by rustls' own words
-        // for InvalidCertificate, since the connector layers between
-        // reqwest and rustls do not all expose the error they box.
-        if certificate_refused(&e) || said.contains("invalid peer certificate: ") {
+        if certificate_refused(&said) {
             let hint = if source.ca_config_map.is_some() {
                 "check that spec.source.oci.caConfigMap holds the CA that signed it"
             } else {
@@ -262,45 +257,12 @@ impl tokio::io::AsyncWrite for Capped {
     }
 }
 
-/// An error and its causes, outermost first, each said once (reqwest
-/// repeats its cause in its own text on some paths).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        next = cause.source();
-    }
-    text
-}
-
-/// Whether TLS refused the registry's certificate somewhere in `e`'s
-/// causes. rustls' error sits inside an `io::Error`, whose `source()` skips
-/// it, so each `io::Error` is opened too.
-fn certificate_refused(e: &(dyn std::error::Error + 'static)) -> bool {
-    let refused = |e: &(dyn std::error::Error + 'static)| {
-        matches!(
-            e.downcast_ref::<rustls::Error>(),
-            Some(rustls::Error::InvalidCertificate(_))
-        )
-    };
-    let mut next = Some(e);
-    while let Some(cause) = next {
-        if refused(cause)
-            || cause
-                .downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .is_some_and(|inner| refused(inner))
-        {
-            return true;
-        }
-        next = cause.source();
-    }
-    false
+/// Whether TLS refused the registry's certificate, read from the error's
+/// chain (`crate::text::error_chain`): rustls' own words for
+/// InvalidCertificate. Not by type, because the connector layers between
+/// reqwest and rustls box it where `source()` does not reach it.
+fn certificate_refused(chain: &str) -> bool {
+    chain.contains("invalid peer certificate: ")
 }
 
 /// The certificates under `ca.crt` of the CA ConfigMap: every PEM
@@ -454,24 +416,22 @@ mod tests {
         #[derive(Debug, thiserror::Error)]
         #[error("error sending request")]
         struct Outer(#[source] std::io::Error);
-        let refused = Outer(std::io::Error::new(
+        let refused_by_tls = Outer(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
         ));
-        assert!(certificate_refused(&refused));
+        let refused = |e: &Outer| certificate_refused(&crate::text::error_chain(e));
+        assert!(refused(&refused_by_tls));
         let other = Outer(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,
             "connection refused",
         ));
-        assert!(!certificate_refused(&other));
+        assert!(!refused(&other));
         let handshake = Outer(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::HandshakeNotComplete,
         ));
-        assert!(
-            !certificate_refused(&handshake),
-            "only the certificate's refusal"
-        );
+        assert!(!refused(&handshake), "only the certificate's refusal");
     }
 
     fn pull_secret(type_: &str) -> Secret {
