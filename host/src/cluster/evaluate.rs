@@ -142,14 +142,21 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         source,
     };
 
-    // validate-settings runs on a blocking thread too (see below); its
-    // answer is remembered per (digest, settings), so this is rare.
     // Held through validate-settings and evaluate: one pooled instance slot.
     let _slot = ctx.policies.slot().await;
-    let checked = {
-        let (loaded, settings) = (policy.clone(), observed.observation.settings.clone());
-        let policies = ctx.policies.clone();
-        tokio::task::spawn_blocking(move || policies.validate_settings(&loaded, &settings)).await
+    // Its answer is remembered per (digest, settings); only a first check
+    // calls into the policy, on a blocking thread like evaluate (below).
+    let checked = match ctx
+        .policies
+        .checked_settings(&policy, &observed.observation.settings)
+    {
+        Some(known) => Ok(known),
+        None => {
+            let (loaded, settings) = (policy.clone(), observed.observation.settings.clone());
+            let policies = ctx.policies.clone();
+            tokio::task::spawn_blocking(move || policies.validate_settings(&loaded, &settings))
+                .await
+        }
     };
     match checked {
         Ok(Ok(())) => {}

@@ -228,6 +228,23 @@ impl Policies {
             .insert(uid)
     }
 
+    /// The remembered answer of validate-settings for these settings, if
+    /// there is one: no call into the policy, so no blocking thread needed.
+    pub fn checked_settings(
+        &self,
+        policy: &LoadedPolicy,
+        settings: &str,
+    ) -> Option<Result<(), PolicyError>> {
+        let key = (policy.digest.clone(), settings.to_owned());
+        let known = self
+            .settings_checked
+            .lock()
+            .expect("poisoned")
+            .get(&key)
+            .cloned();
+        known.map(|answer| answer.map_err(PolicyError::Settings))
+    }
+
     /// Settings are checked once per (policy, settings) pair, not on every
     /// evaluation. Only an answer is remembered (accepted, or refused with a
     /// message): a validate-settings that trapped or ran out of time is a
@@ -237,10 +254,10 @@ impl Policies {
         policy: &LoadedPolicy,
         settings: &str,
     ) -> Result<(), PolicyError> {
-        let key = (policy.digest.clone(), settings.to_owned());
-        if let Some(known) = self.settings_checked.lock().expect("poisoned").get(&key) {
-            return known.clone().map_err(PolicyError::Settings);
+        if let Some(known) = self.checked_settings(policy, settings) {
+            return known;
         }
+        let key = (policy.digest.clone(), settings.to_owned());
         let result = policy.validate_settings(settings);
         let answer = match &result {
             Ok(()) => Some(Ok(())),
