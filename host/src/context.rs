@@ -5,19 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::{EtcdMember, EtcdStatusPolicy};
 use crate::etcd::EtcdApi;
 use crate::metrics::Metrics;
 use crate::policy::{Policies, PolicyEngine};
+use crate::watch::{Sources, Watches, Writers};
 
 /// Tunables, set from the command line.
 #[derive(Clone, Debug)]
@@ -71,50 +65,15 @@ impl Default for OperatorConfig {
     }
 }
 
-/// The watch caches reconciles read from.
-#[derive(Clone)]
-pub struct Stores {
-    pub members: Store<EtcdMember>,
-    pub pods: Store<Pod>,
-    /// The cluster's own children, to skip applying what is as desired.
-    pub services: Store<Service>,
-    pub pdbs: Store<PodDisruptionBudget>,
-    /// Which EtcdStatusPolicies exist (cluster-scoped, all of them).
-    pub status_policies: Store<EtcdStatusPolicy>,
-}
-
-/// A watch cache of `api`, its task pushed onto `tasks`.
-fn cache<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> Store<K>
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let (store, writer) = reflector::store::<K>();
-    let task = watcher(api, config)
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-    tasks.push(tokio::spawn(task));
-    store
-}
-
 /// Everything a reconcile needs. One per operator process.
 pub struct Context {
     pub client: Client,
     pub etcd: Arc<dyn EtcdApi>,
     pub policies: Arc<Policies>,
     pub recorder: Recorder,
-    pub stores: Stores,
+    /// The one watch of each kind: the caches the stages read, and the
+    /// controllers' triggers.
+    pub watches: Watches,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     action_errors: Mutex<HashMap<String, String>>,
@@ -126,7 +85,6 @@ pub struct Context {
     /// cached copy still has that version is as desired (see
     /// [`Context::needs_apply`]).
     applied: Mutex<HashMap<String, (String, u64)>>,
-    caches: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Context {
@@ -188,6 +146,50 @@ impl Context {
         };
     }
 
+    /// An action on `obj` (an EtcdCluster or an EtcdMember) failed: log it,
+    /// publish a Warning Event, and remember it for the next status
+    /// (`status.lastActionError`). The one way either controller reports a
+    /// failed action.
+    pub async fn record_action_failure<K>(&self, obj: &K, err: &crate::error::ActError)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let message = err.to_string();
+        tracing::warn!(error = %message, "action failed");
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "ActionFailed".into(),
+            note: Some(crate::text::truncate(
+                &message,
+                crate::conditions::MAX_MESSAGE_BYTES,
+            )),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::debug!(error = %e, "publishing an event failed");
+        }
+        self.record_action(obj, Some(message));
+    }
+
+    /// Forgets what this process remembers of a deleted object: its last
+    /// action's error and verification time (by UID), and what was applied
+    /// to it (by [`applied_key`]). Without this the maps would grow with
+    /// every cluster, member and child ever deleted.
+    pub fn forget<K>(&self, obj: &K)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        if let Some(uid) = obj.uid() {
+            self.action_errors.lock().expect("poisoned").remove(&uid);
+            self.verified_at.lock().expect("poisoned").remove(&uid);
+        }
+        self.applied
+            .lock()
+            .expect("poisoned")
+            .remove(&applied_key(obj));
+    }
+
     /// Remembers how the last action on `obj` ended (None: it succeeded).
     pub fn record_action(&self, obj: &impl ResourceExt, error: Option<String>) {
         let key = obj.uid().unwrap_or_default();
@@ -205,25 +207,9 @@ pub struct Scope {
     pub namespace: Option<String>,
 }
 
-/// The objects the operator created carry this label; only they are watched.
-pub fn managed() -> watcher::Config {
-    watcher::Config::default().labels("app.kubernetes.io/managed-by=etcd-steward")
-}
-
-pub fn api_for<K>(client: &Client, scope: &Scope) -> Api<K>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match &scope.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 impl Context {
-    /// Builds the context and starts the watch caches it reads from; returns
-    /// once they hold a first full list.
+    /// Builds the context and starts the watches it reads from; returns
+    /// once their caches hold a first full list.
     pub async fn start(
         client: Client,
         etcd: Arc<dyn EtcdApi>,
@@ -232,52 +218,22 @@ impl Context {
         scope: &Scope,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Arc<Context>> {
-        let mut caches = Vec::new();
-        let members = cache(
-            api_for(&client, scope),
-            watcher::Config::default(),
-            &mut caches,
-        );
-        let pods = cache(api_for(&client, scope), managed(), &mut caches);
-        let services = cache(api_for(&client, scope), managed(), &mut caches);
-        let pdbs = cache(api_for(&client, scope), managed(), &mut caches);
-        let status_policies = cache(
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            &mut caches,
-        );
-        members.wait_until_ready().await?;
-        pods.wait_until_ready().await?;
-        services.wait_until_ready().await?;
-        pdbs.wait_until_ready().await?;
-        status_policies.wait_until_ready().await?;
-
+        let watches = Watches::start(&Sources {
+            client: client.clone(),
+            namespace: scope.namespace.clone(),
+            operator_namespace: config.policy_namespace.clone(),
+        });
+        watches.wait_until_ready().await?;
         let reporter = Reporter {
             controller: "etcd-steward".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        Ok(Arc::new(Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            policies: Arc::new(Policies::new(engine, client.clone())),
-            client,
-            etcd,
-            stores: Stores {
-                members,
-                pods,
-                services,
-                pdbs,
-                status_policies,
-            },
-            config,
-            metrics,
-            action_errors: Mutex::default(),
-            verified_at: Mutex::default(),
-            applied: Mutex::default(),
-            caches,
-        }))
+        Ok(Arc::new(Context::new(
+            client, etcd, engine, config, metrics, reporter, watches,
+        )))
     }
 
-    /// A context with empty caches and no watchers, for unit tests of the
+    /// A context with empty caches and no watches, for unit tests of the
     /// stages: fill the caches through the returned writers. `client` is
     /// only called by the stages that write (status, act).
     pub fn for_tests(
@@ -285,63 +241,57 @@ impl Context {
         etcd: Arc<dyn EtcdApi>,
         engine: PolicyEngine,
         config: OperatorConfig,
-    ) -> (Arc<Context>, StoreWriters) {
-        let (members, members_writer) = reflector::store::<EtcdMember>();
-        let (pods, pods_writer) = reflector::store::<Pod>();
-        let (services, services_writer) = reflector::store::<Service>();
-        let (pdbs, pdbs_writer) = reflector::store::<PodDisruptionBudget>();
-        let (status_policies, status_policies_writer) = reflector::store::<EtcdStatusPolicy>();
+    ) -> (Arc<Context>, Writers) {
+        let (watches, writers) = Watches::for_tests();
         let reporter = Reporter {
             controller: "etcd-steward-test".into(),
             instance: None,
         };
-        let ctx = Context {
+        let ctx = Context::new(
+            client,
+            etcd,
+            engine,
+            config,
+            Arc::default(),
+            reporter,
+            watches,
+        );
+        (Arc::new(ctx), writers)
+    }
+
+    fn new(
+        client: Client,
+        etcd: Arc<dyn EtcdApi>,
+        engine: PolicyEngine,
+        config: OperatorConfig,
+        metrics: Arc<Metrics>,
+        reporter: Reporter,
+        watches: Watches,
+    ) -> Context {
+        Context {
             recorder: Recorder::new(client.clone(), reporter),
             policies: Arc::new(Policies::new(engine, client.clone())),
             client,
             etcd,
-            stores: Stores {
-                members,
-                pods,
-                services,
-                pdbs,
-                status_policies,
-            },
+            watches,
             config,
-            metrics: Arc::default(),
+            metrics,
             action_errors: Mutex::default(),
             verified_at: Mutex::default(),
             applied: Mutex::default(),
-            caches: Vec::new(),
-        };
-        (
-            Arc::new(ctx),
-            StoreWriters {
-                members: members_writer,
-                pods: pods_writer,
-                services: services_writer,
-                pdbs: pdbs_writer,
-                status_policies: status_policies_writer,
-            },
-        )
-    }
-}
-
-/// The writing ends of a test context's caches.
-pub struct StoreWriters {
-    pub members: reflector::store::Writer<EtcdMember>,
-    pub pods: reflector::store::Writer<Pod>,
-    pub services: reflector::store::Writer<Service>,
-    pub pdbs: reflector::store::Writer<PodDisruptionBudget>,
-    pub status_policies: reflector::store::Writer<EtcdStatusPolicy>,
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        for task in &self.caches {
-            task.abort();
         }
     }
+}
+
+/// The key [`Context::needs_apply`] and [`Context::record_apply`] know a
+/// child object by: its kind, namespace and name.
+pub fn applied_key<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
 }
 
 /// A digest of an object's JSON, to tell whether a desired object changed.

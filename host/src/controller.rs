@@ -1,22 +1,21 @@
 //! Wiring: the three kube-runtime Controllers (EtcdCluster, EtcdMember and
-//! EtcdStatusPolicy), what each watches, and what triggers a reconcile. The
-//! reconciles themselves are [`crate::cluster`], [`crate::member`] and
-//! [`crate::status_policy`].
+//! EtcdStatusPolicy) and what triggers a reconcile of each. Every trigger
+//! is a subscription to the one watch of its kind ([`crate::watch`]); no
+//! controller opens a watch of its own. The reconciles themselves are
+//! [`crate::cluster`], [`crate::member`] and [`crate::status_policy`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{EtcdCluster, EtcdMember, EtcdStatusPolicy};
-use crate::context::{Context, Scope, api_for, managed};
+use crate::api::{EtcdCluster, EtcdStatusPolicy};
+use crate::context::Context;
 use crate::error::Error;
 use crate::status_policy::{PolicyContext, reconcile_policy, selects};
 
@@ -84,165 +83,158 @@ fn policy_outcome(policy: &EtcdStatusPolicy) -> Option<u64> {
     Some(h.finish())
 }
 
+/// Drops what `ctx` remembers of each deleted object.
+fn forgetting<K>(
+    ctx: &Arc<Context>,
+    deleted: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+) -> futures::stream::BoxStream<'static, ()>
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    let ctx = ctx.clone();
+    deleted.map(move |obj| ctx.forget(obj.as_ref())).boxed()
+}
+
+/// A spec change (generation): status writes are no trigger.
+fn generation(obj: &EtcdCluster) -> Option<u64> {
+    obj.metadata.generation.map(|g| g as u64)
+}
+
 /// Runs the controllers on `ctx` until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
-    scope: &Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let managed = managed();
-    // Status writes must not retrigger the cluster's own reconcile: only
-    // spec changes (generation) and owned objects do, plus the resync.
-    let (clusters_store, clusters_writer) = reflector::store::<EtcdCluster>();
-    let clusters = watcher(
-        api_for::<EtcdCluster>(&client, scope),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(clusters_writer)
-    .touched_objects()
-    .predicate_filter(predicates::generation, Default::default());
-    let members_ctl = Controller::new(
-        api_for::<EtcdMember>(&client, scope),
-        watcher::Config::default(),
-    )
-    .owns(api_for::<Pod>(&client, scope), managed.clone())
-    .owns(
-        api_for::<PersistentVolumeClaim>(&client, scope),
-        managed.clone(),
-    )
-    .run(crate::member::reconcile_member, error_policy, ctx.clone())
-    .for_each(|_| futures::future::ready(()));
-    // Policies: the ConfigMaps and pull Secrets of the operator's
-    // namespace are watched by metadata only (the reconcile reads the one
-    // a policy names), so a fixed source is used at once.
-    let policy_ns = ctx.config.policy_namespace.clone();
-    let pctx = Arc::new(PolicyContext {
-        ctx: ctx.clone(),
-        clusters: clusters_store.clone(),
-        namespace: policy_ns.clone(),
-        compiling: tokio::sync::Mutex::new(()),
-    });
-    let policy_ctl = Controller::new(
-        Api::<EtcdStatusPolicy>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let policy_store = policy_ctl.store();
+    let w = &ctx.watches;
+    let clusters = w.clusters.store().clone();
+    let policies = w.status_policies.store().clone();
+
+    let member_ctl =
+        Controller::for_shared_stream(w.members.subscribe(), w.members.store().clone())
+            .owns_shared_stream(w.pods.subscribe())
+            .owns_shared_stream(w.pvcs.subscribe())
+            .run(crate::member::reconcile_member, error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()));
+
+    let cluster_ctl = {
+        let selecting = clusters.clone();
+        Controller::for_shared_stream(w.clusters.subscribe_when(generation), clusters.clone())
+            .owns_shared_stream(w.members.subscribe())
+            .owns_shared_stream(w.services.subscribe())
+            .owns_shared_stream(w.pdbs.subscribe())
+            .watches_shared_stream(w.pods.subscribe(), |pod: Arc<Pod>| {
+                let cluster = pod.labels().get(crate::resources::LABEL_INSTANCE)?.clone();
+                Some(ObjectRef::new(&cluster).within(&pod.namespace()?))
+            })
+            // A policy's pin or outcome moved (a new version swapped in, or
+            // one that cannot run): the clusters that select it are
+            // evaluated at once. Its cluster count alone moving is no reason.
+            .watches_shared_stream(
+                w.status_policies.subscribe_when(policy_outcome),
+                move |policy: Arc<EtcdStatusPolicy>| {
+                    let name = policy.name_any();
+                    selecting
+                        .state()
+                        .iter()
+                        .filter(|c| selects(c, &name))
+                        .map(|c| ObjectRef::from_obj(c.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .run(crate::cluster::reconcile_cluster, error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()))
+    };
+
+    // Policies: a change to a ConfigMap or pull Secret they read reloads
+    // them, so a fixed source is used at once.
     let policy_ctl = {
-        let by_cm = policy_store.clone();
-        let by_secret = policy_store.clone();
-        // Pull Secrets only. The watch carries metadata, but kubectl's
-        // last-applied-configuration annotation can repeat a Secret's
-        // data, so no other Secret of the namespace is watched at all.
-        let secrets = watcher(
-            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &policy_ns),
-            watcher::Config::default()
-                .fields(&format!("type={}", crate::policy::source::PULL_SECRET_TYPE)),
-        )
-        .default_backoff()
-        .touched_objects();
-        let configmaps = watcher(
-            Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), &policy_ns),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .touched_objects();
-        // Only a cluster's spec changes which policy it selects; its status
-        // writes do not.
-        let selections = watcher(
-            api_for::<EtcdCluster>(&client, scope),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::generation, Default::default());
-        policy_ctl
-            .watches_stream(configmaps, move |cm: PartialObjectMeta<ConfigMap>| {
-                policies_using(&by_cm, Read::ConfigMap(&cm.name_any()))
-            })
-            .watches_stream(secrets, move |secret: PartialObjectMeta<Secret>| {
-                policies_using(&by_secret, Read::Secret(&secret.name_any()))
-            })
-            // A cluster that starts selecting a policy changes its count.
-            .watches_stream(selections, |cluster: EtcdCluster| {
-                let name = cluster.spec.status_policy?.name?;
-                Some(ObjectRef::new(&name))
-            })
+        let pctx = Arc::new(PolicyContext {
+            ctx: ctx.clone(),
+            clusters: clusters.clone(),
+            namespace: ctx.config.policy_namespace.clone(),
+            compiling: tokio::sync::Mutex::new(()),
+        });
+        let (by_cm, by_secret) = (policies.clone(), policies.clone());
+        Controller::for_shared_stream(w.status_policies.subscribe(), policies.clone())
+            .watches_shared_stream(
+                w.config_maps.subscribe(),
+                move |cm: Arc<PartialObjectMeta<ConfigMap>>| {
+                    policies_using(&by_cm, Read::ConfigMap(&cm.name_any()))
+                },
+            )
+            .watches_shared_stream(
+                w.pull_secrets.subscribe(),
+                move |secret: Arc<PartialObjectMeta<Secret>>| {
+                    policies_using(&by_secret, Read::Secret(&secret.name_any()))
+                },
+            )
+            // Only a cluster's spec changes which policy it selects (and so
+            // a policy's count); its status writes do not.
+            .watches_shared_stream(
+                w.clusters.subscribe_when(generation),
+                |cluster: Arc<EtcdCluster>| {
+                    let name = cluster.spec.status_policy.as_ref()?.name.clone()?;
+                    Some(ObjectRef::new(&name))
+                },
+            )
             .run(reconcile_policy, policy_error_policy, pctx)
             .for_each(|_| futures::future::ready(()))
     };
 
-    // What a reconcile never sees: a deleted cluster's metrics, a deleted
-    // policy's catalog entry, and versions a reload replaced.
-    let prune = {
-        let clusters = clusters_store.clone();
-        let policies = policy_store.clone();
+    // Per-object state goes with its object: what this process remembers
+    // of a deleted cluster, member or child, a deleted cluster's metrics,
+    // a deleted policy's catalog entry.
+    let forget = {
+        let clusters_gone = {
+            let ctx = ctx.clone();
+            w.clusters
+                .deletions()
+                .map(move |c| {
+                    ctx.forget(c.as_ref());
+                    ctx.metrics.forget_cluster(&crate::metrics::ClusterLabels {
+                        namespace: c.namespace().unwrap_or_default(),
+                        name: c.name_any(),
+                    });
+                })
+                .boxed()
+        };
+        let policies_gone = {
+            let ctx = ctx.clone();
+            w.status_policies
+                .deletions()
+                .map(move |_| {
+                    let live: Vec<String> = policies.state().iter().map(|p| p.name_any()).collect();
+                    ctx.policies.catalog.retain(&live);
+                })
+                .boxed()
+        };
+        futures::stream::select_all([
+            clusters_gone,
+            policies_gone,
+            forgetting(&ctx, w.members.deletions()),
+            forgetting(&ctx, w.services.deletions()),
+            forgetting(&ctx, w.pdbs.deletions()),
+        ])
+        .for_each(|()| futures::future::ready(()))
+    };
+    // Versions a reload replaced are dropped once nothing holds them.
+    let idle_versions = {
         let ctx = ctx.clone();
         async move {
             let mut tick = tokio::time::interval(Duration::from_secs(30));
             loop {
                 tick.tick().await;
-                let live = clusters
-                    .state()
-                    .iter()
-                    .map(|c| crate::metrics::ClusterLabels {
-                        namespace: c.namespace().unwrap_or_default(),
-                        name: c.name_any(),
-                    })
-                    .collect();
-                ctx.metrics.retain_clusters(&live);
-                if policies.wait_until_ready().await.is_ok() {
-                    let names: Vec<String> =
-                        policies.state().iter().map(|p| p.name_any()).collect();
-                    ctx.policies.catalog.retain(&names);
-                }
                 ctx.policies.engine().forget_unused();
             }
         }
     };
-    let policies_changed = watcher(
-        Api::<EtcdStatusPolicy>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .predicate_filter(policy_outcome, Default::default());
-
-    let cluster_ctl = Controller::for_stream(clusters, clusters_store.clone())
-        .owns(
-            api_for::<EtcdMember>(&client, scope),
-            watcher::Config::default(),
-        )
-        .owns(api_for::<Service>(&client, scope), managed.clone())
-        .owns(
-            api_for::<PodDisruptionBudget>(&client, scope),
-            managed.clone(),
-        )
-        .watches(api_for::<Pod>(&client, scope), managed, |pod: Pod| {
-            let cluster = pod.labels().get("app.kubernetes.io/instance")?.clone();
-            Some(ObjectRef::new(&cluster).within(&pod.namespace()?))
-        })
-        // A policy's pin or outcome moved (a new version swapped in, or
-        // one that cannot run): the clusters that select it are evaluated
-        // at once. Its cluster count alone moving is no reason.
-        .watches_stream(policies_changed, move |policy: EtcdStatusPolicy| {
-            let name = policy.name_any();
-            clusters_store
-                .state()
-                .iter()
-                .filter(|c| selects(c, &name))
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .run(crate::cluster::reconcile_cluster, error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
 
     // Dropping the controllers on shutdown cancels in-flight reconciles;
     // every step is idempotent and the next operator picks up from etcd.
     tokio::select! {
-        _ = futures::future::join3(members_ctl, cluster_ctl, policy_ctl) => {}
-        _ = prune => {}
+        _ = futures::future::join3(member_ctl, cluster_ctl, policy_ctl) => {}
+        _ = forget => {}
+        _ = idle_versions => {}
         _ = shutdown => {}
     }
     Ok(())
@@ -264,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_change_reaches_the_policies_that_read_the_object() {
-        let (store, mut writer) = reflector::store::<EtcdStatusPolicy>();
+        let (store, mut writer) = kube::runtime::reflector::store::<EtcdStatusPolicy>();
         for p in [
             policy(
                 "from-cm",
@@ -279,7 +271,7 @@ mod tests {
                 serde_json::json!({"oci": {"reference": "r.example/p:v1", "caConfigMap": "other-ca", "pullSecret": "shared"}}),
             ),
         ] {
-            writer.apply_watcher_event(&watcher::Event::Apply(p));
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p));
         }
         let names = |read| {
             let mut names: Vec<String> = policies_using(&store, read)

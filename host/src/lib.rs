@@ -19,7 +19,10 @@ pub mod health;
 pub mod leader;
 pub mod member;
 pub mod metrics;
+#[cfg(test)]
+pub(crate) mod mock_api;
 pub mod policy;
 pub mod resources;
 pub mod status_policy;
 pub mod text;
+pub mod watch;

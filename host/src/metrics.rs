@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 use crate::policy::PolicyError;
@@ -307,24 +307,18 @@ impl Metrics {
         }
     }
 
-    /// Drops the series of every cluster not in `live`: a deleted cluster
-    /// must not keep alerting.
-    pub fn retain_clusters(&self, live: &BTreeSet<ClusterLabels>) {
+    /// Drops the series of a deleted cluster: it must not keep alerting.
+    pub fn forget_cluster(&self, id: &ClusterLabels) {
         let c = &self.clusters;
         let mut series = self.cluster_series.lock().expect("poisoned");
-        let gone: Vec<ClusterLabels> = series
-            .keys()
-            .filter(|k| !live.contains(k))
-            .cloned()
-            .collect();
-        for id in gone {
-            let (leader, members) = series.remove(&id).unwrap_or_default();
-            c.available.remove(&id);
-            c.ready.remove(&id);
-            c.desired.remove(&id);
-            c.since_verified.remove(&id);
-            c.policy_failures.remove(&id);
-            c.quota.remove(&id);
+        {
+            let (leader, members) = series.remove(id).unwrap_or_default();
+            c.available.remove(id);
+            c.ready.remove(id);
+            c.desired.remove(id);
+            c.since_verified.remove(id);
+            c.policy_failures.remove(id);
+            c.quota.remove(id);
             if let Some(l) = leader {
                 c.leader.remove(&l);
             }
@@ -413,7 +407,10 @@ mod tests {
             m.encode()
                 .contains(r#"etcd_steward_policy_failures_total{kind="PolicyError"} 1"#)
         );
-        m.retain_clusters(&BTreeSet::new());
+        m.forget_cluster(&ClusterLabels {
+            namespace: "prod".into(),
+            name: "main".into(),
+        });
         assert!(!m.encode().contains(r#"name="main""#), "{}", m.encode());
     }
 }

@@ -539,13 +539,3 @@ impl EtcdClusterStatus {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
 }
-
-impl EtcdCluster {
-    /// The replica count actually aimed at: the locked target when there is one.
-    pub fn target_replicas(&self) -> i32 {
-        self.status
-            .as_ref()
-            .and_then(|s| s.observed.as_ref())
-            .map_or(self.spec.replicas, |o| o.replicas)
-    }
-}

@@ -207,15 +207,14 @@ impl Operator {
         // starts reconciling from warm caches.
         let ctx = self.context(client.clone()).await?;
         self.readiness.caches_synced();
-        let scope = self.scope();
         match self.lease {
             None => {
                 self.readiness.leader_known();
                 self.metrics.set_leading(true);
-                controller::run(ctx, &scope, shutdown).await
+                controller::run(ctx, shutdown).await
             }
             Some(lease) => {
-                let work = controller::run(ctx, &scope, std::future::pending());
+                let work = controller::run(ctx, std::future::pending());
                 let candidate = Candidate::new(client, lease);
                 leader::run_as_leader(candidate, work, shutdown, &self.metrics, &self.readiness)
                     .await

@@ -1,4 +1,10 @@
-//! Stage 4: take at most one membership step, after the status is written.
+//! Stage 5: after the status is written, keep the cluster's children
+//! current and take at most one membership step.
+//!
+//! The PodDisruptionBudget is applied on every reconcile, etcd up or down:
+//! it describes what the cluster can tolerate now (its voters, as the
+//! written status counts them), so it must never go stale during an
+//! outage. Then the Services, then the step the status announced.
 //!
 //! Failures here are recorded on the [`Context`] and appear in the next
 //! status (`status.lastActionError`) and as a Warning Event; they never
@@ -9,13 +15,13 @@ use std::time::Duration;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use super::plan::Step;
 use super::status::StatusWritten;
-use crate::api::{EtcdCluster, EtcdMember};
-use crate::context::Context;
+use crate::api::{EtcdCluster, EtcdMember, MemberRole};
+use crate::context::{Context, applied_key};
 use crate::error::{ActError, etcd, kube};
 use crate::resources;
 use crate::resources::FIELD_MANAGER;
@@ -24,6 +30,11 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     let e = &written.evaluated;
     let cluster = &e.observed.cluster;
 
+    // A PDB that cannot be written is logged, not an action error: the
+    // membership step does not depend on it.
+    if let Err(err) = apply_pdb(&written, ctx).await {
+        tracing::warn!(error = %err, "writing the PodDisruptionBudget failed");
+    }
     let result = async {
         ensure_services(cluster, ctx).await?;
         let step = &written.step;
@@ -46,20 +57,7 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
             Some(Step::Wait(err.to_string()))
         }
         Err(err) => {
-            let message = err.to_string();
-            tracing::warn!(error = %message, "action failed");
-            let ev = KubeEvent {
-                type_: KubeEventType::Warning,
-                reason: "ActionFailed".into(),
-                note: Some(crate::text::truncate(
-                    &message,
-                    crate::conditions::MAX_MESSAGE_BYTES,
-                )),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
-            ctx.record_action(cluster.as_ref(), Some(message));
+            ctx.record_action_failure(cluster.as_ref(), &err).await;
             None
         }
     };
@@ -77,36 +75,74 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     Action::requeue(next)
 }
 
+/// Applies `desired` (a child of the cluster) by server-side apply, unless
+/// this process applied the very same object and the cache's copy in
+/// `store` is still the one that apply produced.
+async fn apply_child<K>(desired: &K, store: &Store<K>, ctx: &Context) -> Result<(), ::kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let ns = desired.namespace().unwrap_or_default();
+    let key = applied_key(desired);
+    let live = store
+        .get(&ObjectRef::new(&desired.name_any()).within(&ns))
+        .and_then(|o| o.resource_version());
+    if !ctx.needs_apply(&key, desired, live.as_deref()) {
+        return Ok(());
+    }
+    let applied = Api::<K>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &desired.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(desired),
+        )
+        .await;
+    ctx.record_apply(
+        &key,
+        desired,
+        applied.as_ref().ok().and_then(|a| a.resource_version()),
+    );
+    applied.map(drop)
+}
+
+/// The PodDisruptionBudget for the voters the written status shows. A
+/// dormant member has no Pod to protect: a paused cluster's PDB protects
+/// nothing (minAvailable 0) rather than blocking drains.
+async fn apply_pdb(written: &StatusWritten, ctx: &Context) -> Result<(), ActError> {
+    let observed = &written.evaluated.observed;
+    let dormant: Vec<String> = observed
+        .members
+        .iter()
+        .filter(|m| m.object.spec.dormant)
+        .map(|m| m.name())
+        .collect();
+    let voters = written
+        .status
+        .members
+        .iter()
+        .filter(|m| matches!(m.role, MemberRole::Voter) && !dormant.contains(&m.name))
+        .count();
+    let pdb = resources::pod_disruption_budget(&observed.cluster, voters)?;
+    apply_child(&pdb, ctx.watches.pdbs.store(), ctx)
+        .await
+        .map_err(kube(format!(
+            "applying PodDisruptionBudget {}",
+            pdb.name_any()
+        )))
+}
+
 async fn ensure_services(cluster: &EtcdCluster, ctx: &Context) -> Result<(), ActError> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(ctx.client.clone(), &ns);
     for svc in [
         resources::headless_service(cluster)?,
         resources::client_service(cluster)?,
     ] {
-        let key = format!("Service/{ns}/{}", svc.name_any());
-        let live = ctx
-            .stores
-            .services
-            .get(&ObjectRef::new(&svc.name_any()).within(&ns))
-            .and_then(|s| s.resource_version());
-        if !ctx.needs_apply(&key, &svc, live.as_deref()) {
-            continue;
-        }
-        let applied = api
-            .patch(
-                &svc.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&svc),
-            )
+        apply_child(&svc, ctx.watches.services.store(), ctx)
             .await
-            .map_err(kube(format!("applying Service {}", svc.name_any())));
-        ctx.record_apply(
-            &key,
-            &svc,
-            applied.as_ref().ok().and_then(|a| a.resource_version()),
-        );
-        applied?;
+            .map_err(kube(format!("applying Service {}", svc.name_any())))?;
     }
     Ok(())
 }

@@ -111,7 +111,7 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         .resolve(
             &observed.cluster,
             named.as_deref(),
-            &ctx.stores.status_policies,
+            ctx.watches.status_policies.store(),
         )
         .await;
     let (policy, source) = match resolved {
@@ -204,6 +204,9 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         let problem = PolicyProblem::UnconfirmedVerification { why: why.clone() };
         ctx.metrics.count_rejected_verdict();
         return Evaluated::fallback(observed, status, problem).noting(deprecation);
+    }
+    if evaluation.verdict.verified {
+        ctx.record_verified(observed.cluster.as_ref(), observed.now);
     }
     Evaluated {
         verdict: evaluation.verdict,

@@ -127,8 +127,9 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         .into_iter()
         .map(|object| {
             let pod = ctx
-                .stores
+                .watches
                 .pods
+                .store()
                 .get(&kube::runtime::reflector::ObjectRef::new(&object.name_any()).within(&ns));
             MemberView {
                 pod: pod_facts(pod.as_deref()),
@@ -193,7 +194,10 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         phase: host_phase(cluster, &members, listed, cluster_id.is_some()),
         members: members
             .iter()
-            .map(|m| policy_member(cluster, m, listed, &status.members))
+            .map(|m| {
+                let answered = answer_of(&probing, &m.name());
+                policy_member(cluster, m, listed, answered, &status.members)
+            })
             .collect(),
         probing,
         history: sdk::History {
@@ -291,31 +295,58 @@ fn host_phase(
     }
 }
 
+/// The Status answer of the member named `name`, if it answered.
+fn answer_of<'a>(probing: &'a sdk::Probing, name: &str) -> Option<&'a sdk::EndpointStatus> {
+    let sdk::Probing::Attempted(report) = probing else {
+        return None;
+    };
+    report
+        .endpoints
+        .iter()
+        .find(|p| p.member == name)
+        .and_then(|p| match &p.outcome {
+            sdk::ProbeOutcome::Answered(s) => Some(s),
+            sdk::ProbeOutcome::Failed(_) => None,
+        })
+}
+
+/// A member as the policy sees it. Its etcd ID and role are resolved here
+/// once, for the policy and the status alike, from the first source that
+/// has them: etcd's member list, then the member's own Status answer, then
+/// the last status, then (the ID) the EtcdMember's status.
 fn policy_member(
     cluster: &EtcdCluster,
     m: &MemberView,
     listed: Option<&[sdk::EtcdMember]>,
+    answered: Option<&sdk::EndpointStatus>,
     last_known: &[crate::api::MemberSummary],
 ) -> sdk::Member {
     let name = m.name();
     let in_etcd = listed.and_then(|l| l.iter().find(|e| e.name == name));
     let remembered = last_known.iter().find(|s| s.name == name);
-    let role = match (in_etcd, remembered) {
-        (Some(e), _) if e.is_learner => sdk::MemberRole::Learner,
-        (Some(_), _) => sdk::MemberRole::Voter,
-        (None, Some(s)) if matches!(s.role, ApiRole::Learner) => sdk::MemberRole::Learner,
-        _ => sdk::MemberRole::Voter,
+    let learner = in_etcd
+        .map(|e| e.is_learner)
+        .or(answered.map(|s| s.is_learner))
+        .unwrap_or_else(|| remembered.is_some_and(|s| matches!(s.role, ApiRole::Learner)));
+    let role = if learner {
+        sdk::MemberRole::Learner
+    } else {
+        sdk::MemberRole::Voter
     };
-    let member_id = in_etcd.map(|e| e.id).or_else(|| {
-        remembered
-            .and_then(|s| s.id.as_deref())
-            .or(m
-                .object
-                .status
-                .as_ref()
-                .and_then(|s| s.member_id.as_deref()))
-            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-    });
+    let member_id = in_etcd
+        .map(|e| e.id)
+        .or(answered.map(|s| s.member_id))
+        .filter(|&id| id != 0)
+        .or_else(|| {
+            remembered
+                .and_then(|s| s.id.as_deref())
+                .or(m
+                    .object
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.member_id.as_deref()))
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        });
     sdk::Member {
         endpoint: resources::member_client_url(
             &name,

@@ -8,14 +8,14 @@ use std::time::Duration;
 use kube::runtime::watcher::Event;
 use steward_policy_sdk as sdk;
 
-use super::{evaluate, observe, plan, status};
+use super::{evaluate, observe, plan, report, status};
 use crate::api::{EtcdCluster, EtcdClusterStatus, MemberRole, MemberSummary};
 use crate::context::{Context, OperatorConfig};
 use crate::etcd::{ClientConfig, EtcdClient};
 use crate::policy::{EngineConfig, PolicyEngine};
 use crate::resources::fixtures;
 
-fn context() -> (Arc<Context>, crate::context::StoreWriters) {
+fn context() -> (Arc<Context>, crate::watch::Writers) {
     // Nothing listens here: the stages under test never call the API.
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
         .expect("a client");
@@ -150,7 +150,7 @@ async fn a_verdict_for_a_caught_exception_counts_as_a_policy_failure() {
     let mut evaluated = evaluate::evaluate(observed, &ctx).await;
     let step = plan::plan(&evaluated.observed.plan_facts(false, &ctx.config));
     let next = status::next_status(&evaluated, &step, &ctx);
-    assert!(!status::health(&evaluated, &next).policy_failed);
+    assert!(!report::health(&evaluated, &next).policy_failed);
 
     let caught = |type_: &str| sdk::Condition {
         type_: type_.into(),
@@ -172,5 +172,5 @@ async fn a_verdict_for_a_caught_exception_counts_as_a_policy_failure() {
         Some("PolicyError"),
         "written as the policy said"
     );
-    assert!(status::health(&evaluated, &next).policy_failed);
+    assert!(report::health(&evaluated, &next).policy_failed);
 }

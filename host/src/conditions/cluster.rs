@@ -7,6 +7,7 @@ use steward_policy_sdk::{Condition, ConditionStatus, HostPhase};
 
 use super::HOST_OWNED;
 use super::kstatus::{READY, RECONCILING, STALLED, Stall, reconciling, stalled};
+use super::phase::{idle_reason, membership_change, phase_message};
 use super::reason;
 
 /// The cluster can serve requests: a quorum answered. From the policy.
@@ -118,23 +119,6 @@ pub fn desired(
     out
 }
 
-pub(super) fn membership_change(phase: HostPhase) -> Option<&'static str> {
-    match phase {
-        HostPhase::Bootstrapping => Some(reason::BOOTSTRAPPING),
-        HostPhase::ScalingUp => Some(reason::SCALING_UP),
-        HostPhase::ScalingDown => Some(reason::SCALING_DOWN),
-        HostPhase::Steady | HostPhase::Paused | HostPhase::Deleting => None,
-    }
-}
-
-pub(super) fn idle_reason(phase: HostPhase) -> &'static str {
-    match phase {
-        HostPhase::Paused => reason::PAUSED,
-        HostPhase::Deleting => reason::DELETING,
-        _ => reason::STEADY,
-    }
-}
-
 fn progressing_from_phase(phase: HostPhase) -> Condition {
     match membership_change(phase) {
         Some(r) => Condition::new(PROGRESSING, ConditionStatus::True, r, phase_message(phase)),
@@ -144,16 +128,5 @@ fn progressing_from_phase(phase: HostPhase) -> Condition {
             idle_reason(phase),
             phase_message(phase),
         ),
-    }
-}
-
-pub(super) fn phase_message(phase: HostPhase) -> &'static str {
-    match phase {
-        HostPhase::Bootstrapping => "starting the seed member",
-        HostPhase::ScalingUp => "adding a member",
-        HostPhase::ScalingDown => "removing a member",
-        HostPhase::Steady => "membership matches the target",
-        HostPhase::Paused => "the cluster is paused at 0 replicas",
-        HostPhase::Deleting => "the cluster is being deleted",
     }
 }

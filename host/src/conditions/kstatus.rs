@@ -8,7 +8,7 @@
 
 use steward_policy_sdk::{Condition, ConditionStatus, HostPhase};
 
-use super::cluster::{idle_reason, membership_change, phase_message};
+use super::phase::{idle_reason, membership_change, phase_message};
 use super::reason;
 
 /// kstatus: mirrors Available.

@@ -17,6 +17,7 @@ mod cluster;
 mod kstatus;
 pub mod member;
 mod merge;
+mod phase;
 #[cfg(test)]
 mod tests;
 pub mod version;

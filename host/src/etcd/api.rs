@@ -122,24 +122,13 @@ impl fmt::Display for RpcError {
             "{} at {} failed ({}): {}",
             self.rpc,
             self.endpoint,
-            kind_str(self.kind),
+            self.kind.as_str(),
             self.message
         )
     }
 }
 
 impl std::error::Error for RpcError {}
-
-pub fn kind_str(kind: ProbeErrorKind) -> &'static str {
-    match kind {
-        ProbeErrorKind::Timeout => "timeout",
-        ProbeErrorKind::Dns => "dns",
-        ProbeErrorKind::Refused => "refused",
-        ProbeErrorKind::Tls => "tls",
-        ProbeErrorKind::Auth => "auth",
-        ProbeErrorKind::Other => "other",
-    }
-}
 
 /// What one member says about itself (the Maintenance.Status RPC).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use steward_policy_sdk::{EtcdMember, ProbeErrorKind};
 
-use super::api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo, kind_str};
+use super::api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo};
 
 /// How an injected fault fails the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,7 +226,7 @@ impl<E: EtcdApi> FaultyEtcd<E> {
                 rpc,
                 endpoint,
                 kind,
-                format!("injected {} fault", kind_str(kind)),
+                format!("injected {} fault", kind.as_str()),
             ),
             Failure::Hang => {
                 let deadline: Duration = self.inner.deadline();

@@ -12,8 +12,9 @@ pub fn cluster_members(ctx: &Context, cluster: &EtcdCluster) -> Vec<Arc<EtcdMemb
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let mut members: Vec<Arc<EtcdMember>> = ctx
-        .stores
+        .watches
         .members
+        .store()
         .state()
         .into_iter()
         .filter(|m| m.namespace().as_deref() == Some(ns.as_str()) && m.spec.cluster == name)

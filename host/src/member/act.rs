@@ -39,20 +39,7 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
             Action::requeue(next)
         }
         Err(err) => {
-            let message = err.to_string();
-            tracing::warn!(error = %message, "member action failed");
-            let ev = KubeEvent {
-                type_: KubeEventType::Warning,
-                reason: "ActionFailed".into(),
-                note: Some(crate::text::truncate(
-                    &message,
-                    crate::conditions::MAX_MESSAGE_BYTES,
-                )),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            let _ = ctx.recorder.publish(&ev, &o.member.object_ref(&())).await;
-            ctx.record_action(o.member.as_ref(), Some(message));
+            ctx.record_action_failure(o.member.as_ref(), &err).await;
             Action::requeue(ctx.config.busy_resync)
         }
     }

@@ -25,6 +25,8 @@ pub mod act;
 pub mod cleanup;
 pub mod observe;
 pub mod status;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

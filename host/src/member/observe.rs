@@ -66,7 +66,11 @@ pub async fn observe(cached: Arc<EtcdMember>, ctx: &Context) -> Option<Observed>
     // counts below are derived from the stored status plus the Pod's UID,
     // so a stale copy yields the same status again, never a double count.
     let member = cached;
-    let pod = ctx.stores.pods.get(&ObjectRef::new(&name).within(&ns));
+    let pod = ctx
+        .watches
+        .pods
+        .store()
+        .get(&ObjectRef::new(&name).within(&ns));
     let facts = pod_facts(pod.as_deref());
     let status = member.status.clone().unwrap_or_default();
     let uid = pod.as_ref().and_then(|p| p.uid());

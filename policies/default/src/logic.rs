@@ -435,10 +435,9 @@ fn degraded(
                 });
             match outcome {
                 None => problems.add("not probed"),
-                Some(Err(error)) => problems.add_fmt(format_args!(
-                    "etcd not answering ({})",
-                    kind_name(error.kind)
-                )),
+                Some(Err(error)) => {
+                    problems.add_fmt(format_args!("etcd not answering ({})", error.kind.as_str()))
+                }
                 Some(Ok(status)) => {
                     for alarm in &status.alarms {
                         problems.add(match alarm {
@@ -554,17 +553,6 @@ const KINDS: [ProbeErrorKind; 6] = [
     ProbeErrorKind::Other,
 ];
 
-fn kind_name(kind: ProbeErrorKind) -> &'static str {
-    match kind {
-        ProbeErrorKind::Timeout => "timeout",
-        ProbeErrorKind::Dns => "dns",
-        ProbeErrorKind::Refused => "refused",
-        ProbeErrorKind::Tls => "tls",
-        ProbeErrorKind::Auth => "auth",
-        ProbeErrorKind::Other => "other",
-    }
-}
-
 /// "3 dns (etcd-a.etcd.ns.svc: lookup ...: no such host), 1 timeout (...)":
 /// a count per error kind with its first example.
 fn summarise_failures(message: &mut String, report: &ProbeReport) {
@@ -585,7 +573,7 @@ fn summarise_failures(message: &mut String, report: &ProbeReport) {
             message.push_str(", ");
         }
         first = false;
-        let _ = write!(message, "{count} {} (", kind_name(kind));
+        let _ = write!(message, "{count} {} (", kind.as_str());
         message.push_str(endpoint_host(&probe.endpoint, &probe.member));
         message.push_str(": ");
         push_error(message, error);
@@ -598,7 +586,7 @@ fn summarise_failures(message: &mut String, report: &ProbeReport) {
 
 fn push_error(message: &mut String, error: &ProbeError) {
     if error.message.is_empty() {
-        message.push_str(kind_name(error.kind));
+        message.push_str(error.kind.as_str());
     } else {
         push_limited(message, &error.message, ERROR_EXCERPT);
     }

@@ -132,6 +132,26 @@ pub enum ProbeErrorKind {
     Other,
 }
 
+impl ProbeErrorKind {
+    /// The lower-case word messages use for it, in the host and in policies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Dns => "dns",
+            Self::Refused => "refused",
+            Self::Tls => "tls",
+            Self::Auth => "auth",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
