@@ -2,7 +2,8 @@
 //! the root stays one command (in the style of substrate-wasm-builder).
 //!
 //! A nested cargo builds `steward-default-policy` (embedded in the binary),
-//! `steward-chaos-policy` and the Rust SDK's example (for the host's tests)
+//! `steward-chaos-policy`, `steward-compat-v0-1-policy` (a component of the
+//! previous contract) and the Rust SDK's example (for the host's tests)
 //! with the workspace's
 //! `policy` profile, into a target dir of its own: the outer build holds the
 //! lock on its target dir, so sharing it would deadlock.
@@ -26,6 +27,11 @@ const POLICIES: &[(&str, &str, &str)] = &[
         "steward-chaos-policy",
         "steward_chaos_policy",
         "STEWARD_CHAOS_POLICY_WASM",
+    ),
+    (
+        "steward-compat-v0-1-policy",
+        "steward_compat_v0_1_policy",
+        "STEWARD_COMPAT_V0_1_POLICY_WASM",
     ),
     (
         "steward-example-raft-lag",
@@ -67,6 +73,8 @@ fn main() {
         "policies/default/build.rs",
         "policies/chaos/src",
         "policies/chaos/Cargo.toml",
+        "policies/compat-v0.1/src",
+        "policies/compat-v0.1/Cargo.toml",
         "policies/examples/raft-lag/src",
         "policies/examples/raft-lag/Cargo.toml",
     ] {

@@ -34,6 +34,8 @@ say "Kubernetes from $kube_dir: $("$kube_dir/kube-apiserver" --version)"
 
 say "the JavaScript SDK's unit tests"
 policies/js/test.sh
+say "the Python SDK's unit tests"
+policies/python/test.sh
 
 say "cargo test (in a private mount namespace)"
 scripts/in-namespace.sh cargo test --workspace --no-fail-fast "$@"

@@ -975,9 +975,107 @@ async fn install_chaos_policy(env: &Env) {
         .unwrap();
 }
 
+/// A third party's policy that says Available=True for every observation
+/// (chaos `always-available`), with every member frozen: the seed
+/// incident reached through a policy. The host rejects the verdict, so the
+/// status never says Available=True while etcd answers nobody, and says
+/// why; with the members thawed, the same verdict is true and stands.
+#[test]
+fn a_policy_that_always_says_available_cannot_hide_frozen_members() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        install_chaos_policy(&env).await;
+        healthy_three(&env, "careless").await;
+        env.clusters()
+            .patch(
+                "careless",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {
+                    "statusPolicy": {"name": "chaos", "settings": {"fault": "always-available"}}
+                }})),
+            )
+            .await
+            .unwrap();
+        env.wait_for("careless", "the chaos policy runs", |c| {
+            condition_reason(c, "Available") == Some("Chaos")
+        })
+        .await;
+        let names = env.member_names("careless").await;
+        for n in &names {
+            env.plane.kubelet().freeze(NS, n).await.unwrap();
+        }
+        let c = env
+            .wait_for("careless", "the verdict is rejected", |c| {
+                condition_reason(c, "Available") == Some("PolicyFailed")
+            })
+            .await;
+        assert_eq!(condition(&c, "Available"), Some("Unknown"));
+        let message = condition_message(&c, "Available").unwrap();
+        assert!(
+            message.contains("says Available=True, but none of 3 endpoints answered"),
+            "{message}"
+        );
+        assert_eq!(ready_members(&c), 0);
+        env.assert_read(&c, "InProgress", "Degraded");
+        // Still rejected a while later: the status keeps moving and never
+        // turns True while the members stay frozen.
+        let streak = c.status.as_ref().unwrap().unverified_streak;
+        let later = env
+            .wait_for("careless", "the status still updates", |c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.unverified_streak > streak + 2)
+            })
+            .await;
+        assert_eq!(condition(&later, "Available"), Some("Unknown"));
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let list = events.list(&Default::default()).await.unwrap();
+        assert!(
+            list.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("PolicyFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("careless")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("says Available=True"))),
+            "a Warning Event names the rejected claim"
+        );
+        for n in &names {
+            env.plane.kubelet().thaw(NS, n).await.unwrap();
+        }
+        env.wait_for("careless", "the verdict stands again", |c| {
+            condition(c, "Available") == Some("True")
+                && condition_reason(c, "Available") == Some("Chaos")
+        })
+        .await;
+        env.shutdown().await;
+    });
+}
+
+/// Installs a component built against the previous contract
+/// (`steward:status@0.1.0`) as the ConfigMap `compat-v01`.
+async fn install_compat_v0_1_policy(env: &Env) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let wasm = std::fs::read(env!("STEWARD_COMPAT_V0_1_POLICY_WASM"))
+        .expect("the 0.1.0 test policy was built");
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "compat-v01", "namespace": NS},
+        "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
+    }))
+    .unwrap();
+    kube::Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .create(&Default::default(), &cm)
+        .await
+        .unwrap();
+}
+
 /// A policy may say anything about availability, but not that etcd
 /// verified a quorum when etcd confirmed none: that claim would move
 /// lastVerifiedTime and open the planner's door to membership changes.
+/// Only a 0.1.0 component can still make the claim (0.2.0 verdicts can only
+/// decline verification); the host loads it and checks it.
 #[test]
 fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
     use etcd_steward::cli::run::Operator;
@@ -987,7 +1085,7 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
     let _g = serial();
     run(async {
         let mut env = Env::start().await;
-        install_chaos_policy(&env).await;
+        install_compat_v0_1_policy(&env).await;
         let endpoints = healthy_three(&env, "liar").await;
         env.kill_operator().await;
         // A scale-up is due, and the policy claims all is verified.
@@ -997,7 +1095,7 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
                 &kube::api::PatchParams::default(),
                 &kube::api::Patch::Merge(serde_json::json!({"spec": {
                     "replicas": 5,
-                    "statusPolicy": {"name": "chaos", "settings": {"fault": "claim-verified"}}
+                    "statusPolicy": {"name": "compat-v01", "settings": {"claim": "verified"}}
                 }})),
             )
             .await
@@ -1032,7 +1130,7 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
         );
         assert_eq!(status.last_verified_time, verified_before, "not verified");
         assert_eq!(status.ready_members, 0);
-        assert_eq!(status.policy.as_ref().unwrap().name, "chaos");
+        assert_eq!(status.policy.as_ref().unwrap().name, "compat-v0.1");
         // No membership change: not in Kubernetes, not in etcd.
         assert_eq!(op.faults.injected(Rpc::MemberAddAsLearner), 0);
         assert_eq!(env.member_names("liar").await.len(), 3);
@@ -1089,11 +1187,11 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
             .unwrap();
         let after = env.clusters().get("liar").await.unwrap();
         assert_eq!(condition(&after, "Available"), Some("True"));
-        assert_eq!(condition_reason(&after, "Available"), Some("Chaos"));
+        assert_eq!(condition_reason(&after, "Available"), Some("CompatV01"));
         // A type the policy declares but did not report is Unknown, not absent.
-        assert_eq!(condition(&after, "ChaosDeclared"), Some("Unknown"));
+        assert_eq!(condition(&after, "CompatDeclared"), Some("Unknown"));
         assert_eq!(
-            condition_reason(&after, "ChaosDeclared"),
+            condition_reason(&after, "CompatDeclared"),
             Some("NotReported")
         );
         assert!(after.status.as_ref().unwrap().last_verified_time > verified_before);

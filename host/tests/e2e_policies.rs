@@ -174,11 +174,73 @@ async fn assert_membership_untouched(env: &Env, cluster: &str) {
     assert_eq!(listed.lines().count(), 3, "{listed}");
 }
 
-/// A ConfigMap-sourced policy runs once pinned; an edit of the ConfigMap is
-/// seen through its watch (no polling) and refused when its bytes are not
-/// the pinned ones; a new pin makes the clusters run the new version.
+/// Every status one cluster goes through from the moment `record`
+/// returns, collected in the background: a watch stream that nobody polls
+/// does not watch, and would miss what happens meanwhile.
+struct Statuses {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<EtcdCluster>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Statuses {
+    async fn record(env: &Env, name: &str) -> Statuses {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut stream = watcher(
+            env.clusters(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .applied_objects()
+        .boxed();
+        let into = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some(item) = stream.next().await {
+                if let Ok(c) = item {
+                    into.lock().unwrap().push(c);
+                }
+            }
+        });
+        let statuses = Statuses { seen, task };
+        // The first list is in: the watch runs from here on.
+        statuses.until("the cluster, listed", |_| true).await;
+        statuses
+    }
+
+    /// The first status recorded (so far or from now on) for which `pred`
+    /// holds.
+    async fn until(&self, what: &str, pred: impl Fn(&EtcdCluster) -> bool) -> EtcdCluster {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(c) = self.seen.lock().unwrap().iter().find(|c| pred(c)) {
+                return c.clone();
+            }
+            let last = self.seen.lock().unwrap().last().cloned();
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "never saw {what}; last status:\n{}",
+                serde_json::to_string_pretty(&last.and_then(|c| c.status)).unwrap()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops recording; every status recorded, in order.
+    async fn stop(self) -> Vec<EtcdCluster> {
+        self.task.abort();
+        let _ = self.task.await;
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// A ConfigMap-sourced policy runs once pinned, and is updated without an
+/// outage: the new bytes go into the ConfigMap first (seen through its
+/// watch, no polling), while the pinned version keeps running and the
+/// policy says its source holds something else; then the pin moves and the
+/// clusters run the new version, never PolicyFailed in between. A pin whose
+/// bytes the ConfigMap does not hold is refused, and nothing runs.
 #[test]
-fn a_config_map_policy_is_pinned_watched_and_swapped() {
+fn a_config_map_policy_is_updated_bytes_first_then_pin_without_an_outage() {
     let _g = serial();
     run(async {
         let env = Env::start().await;
@@ -229,9 +291,106 @@ fn a_config_map_policy_is_pinned_watched_and_swapped() {
         })
         .await;
 
-        // Someone replaces the component in the ConfigMap, but the pin
-        // stays: the new bytes are never run.
+        // Bytes first, then the pin: the ConfigMap now holds the next
+        // version while spec.digest still pins the running one. Every
+        // status the cluster goes through from here on is recorded.
+        let statuses = Statuses::record(&env, "lag").await;
         put_config_map(&env, "raft-lag", &chaos).await;
+        let p = wait_policy(&env, "raft-lag", "SourceDrifted=True", |p| {
+            policy_condition(p, "SourceDrifted").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        let (_, reason, message) = policy_condition(&p, "SourceDrifted").unwrap();
+        assert_eq!(reason, "SourceChanged");
+        assert!(
+            message.contains(&sha256(&chaos)) && message.contains(&sha256(&raft_lag)),
+            "the message names what the source holds and the pin: {message}"
+        );
+        assert_eq!(
+            policy_condition(&p, "Ready").map(|c| (c.0, c.1)),
+            Some(("True", "Loaded")),
+            "the pinned version still runs"
+        );
+        assert_eq!(
+            p.status.as_ref().unwrap().digest.as_deref(),
+            Some(sha256(&raft_lag).as_str())
+        );
+        assert_policy_read(&env, &p, "Current", "Healthy");
+        // The cluster is reconciled and its status written while the
+        // source differs from the pin (lastVerifiedTime moves at least every
+        // 15 s): it keeps the pinned version's verdict.
+        let drifted_at = p
+            .status
+            .as_ref()
+            .unwrap()
+            .condition("SourceDrifted")
+            .unwrap()
+            .last_transition_time
+            .0;
+        let c = statuses
+            .until("a status written after the source drifted", |c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.last_verified_time.as_ref())
+                    .is_some_and(|t| t.0 > drifted_at)
+            })
+            .await;
+        assert_eq!(
+            c.status.as_ref().unwrap().policy.as_ref().unwrap().digest,
+            sha256(&raft_lag)
+        );
+        assert_eq!(condition(&c, "RaftInSync"), Some("True"));
+        assert!(
+            warnings(&env, "raft-lag", &sha256(&chaos)).await.is_empty(),
+            "nothing failed, so nothing warns"
+        );
+
+        // The platform team pins the new component: the swap happens, and
+        // the cluster runs it, with no PolicyFailed in between.
+        patch_policy(
+            &env,
+            "raft-lag",
+            serde_json::json!({"digest": sha256(&chaos)}),
+        )
+        .await;
+        statuses
+            .until("the chaos policy's verdict", |c| {
+                condition_reason(c, "Available") == Some("Chaos")
+            })
+            .await;
+        for c in statuses.stop().await {
+            assert_ne!(
+                condition_reason(&c, "Available"),
+                Some("PolicyFailed"),
+                "the cluster fell back while the policy was updated: {}",
+                describe(&c)
+            );
+            assert_ne!(condition(&c, "Stalled"), Some("True"), "{}", describe(&c));
+        }
+        let p = wait_policy(
+            &env,
+            "raft-lag",
+            "the new version, the source matching",
+            |p| policy_condition(p, "SourceDrifted").is_some_and(|c| c.0 == "False"),
+        )
+        .await;
+        assert_eq!(
+            p.status.as_ref().unwrap().digest.as_deref(),
+            Some(sha256(&chaos).as_str())
+        );
+        assert_eq!(
+            policy_condition(&p, "SourceDrifted").unwrap().1,
+            "SourceMatches"
+        );
+
+        // A new pin whose bytes the source does not hold is a new version
+        // that cannot run: it is refused, and no version runs.
+        patch_policy(
+            &env,
+            "raft-lag",
+            serde_json::json!({"digest": sha256(&raft_lag)}),
+        )
+        .await;
         let p = wait_policy(&env, "raft-lag", "Ready=False, DigestMismatch", |p| {
             policy_condition(p, "Ready").is_some_and(|c| c.1 == "DigestMismatch")
         })
@@ -263,21 +422,16 @@ fn a_config_map_policy_is_pinned_watched_and_swapped() {
         );
         assert_membership_untouched(&env, "lag").await;
 
-        // The platform team pins the new component: the swap happens, and
-        // the cluster runs it.
-        patch_policy(
-            &env,
-            "raft-lag",
-            serde_json::json!({"digest": sha256(&chaos)}),
-        )
-        .await;
+        // The ConfigMap gets the pinned bytes (seen through its watch): the
+        // cluster runs them.
+        put_config_map(&env, "raft-lag", &raft_lag).await;
         let c = env
-            .wait_for("lag", "the chaos policy's verdict", |c| {
-                condition_reason(c, "Available") == Some("Chaos")
+            .wait_for("lag", "the raft-lag verdict again", |c| {
+                condition(c, "RaftInSync") == Some("True")
                     && condition(c, "Stalled") == Some("False")
             })
             .await;
-        assert_eq!(c.status.unwrap().policy.unwrap().name, "chaos");
+        assert_eq!(c.status.unwrap().policy.unwrap().digest, sha256(&raft_lag));
         env.shutdown().await;
     });
 }

@@ -260,7 +260,8 @@ fn eval_prints_the_verdict() {
     assert!(o.status.success(), "{}", stderr(&o));
     let verdict: steward_policy_sdk::Verdict = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(verdict.ready_members, 1);
-    assert!(verdict.verified);
+    assert!(verdict.decline_verification.is_none());
+    assert!(stderr(&o).contains("verified: true"), "{}", stderr(&o));
 
     // The embedded default policy, with no --policy.
     let o = steward(&["policy", "eval", "--input", &input, "-o", "json"]);

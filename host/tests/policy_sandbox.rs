@@ -67,6 +67,11 @@ fn observation(settings: serde_json::Value) -> Observation {
             }),
         })
         .collect();
+    let probing = Probing::Attempted(ProbeReport {
+        endpoints,
+        quorum_read: QuorumReadOutcome::Succeeded,
+        ..ProbeReport::default()
+    });
     Observation {
         cluster: Default::default(),
         spec: ClusterSpec {
@@ -75,11 +80,8 @@ fn observation(settings: serde_json::Value) -> Observation {
         },
         phase: Default::default(),
         members,
-        probing: Probing::Attempted(ProbeReport {
-            endpoints,
-            quorum_read: QuorumReadOutcome::Succeeded,
-            ..ProbeReport::default()
-        }),
+        quorum: steward_policy_sdk::QuorumFinding::of(&probing),
+        probing,
         history: Default::default(),
         now: 1_780_000_000_000,
         settings: settings.to_string(),
@@ -110,7 +112,10 @@ fn assert_fallback(evaluation: &Evaluation, kind: ErrorKind, mentions: &str) {
             c.message
         );
     }
-    assert!(!verdict.verified);
+    assert!(
+        verdict.decline_verification.is_some(),
+        "the fallback claims nothing"
+    );
     assert_eq!(verdict.ready_members, 0);
 }
 
@@ -133,7 +138,7 @@ fn well_behaved_policy_gets_its_verdict_through() {
     assert_eq!(available.status, ConditionStatus::True);
     assert_eq!(available.reason, "Chaos");
     assert_eq!(evaluation.verdict.ready_members, 3);
-    assert!(evaluation.verdict.verified);
+    assert!(evaluation.verdict.decline_verification.is_none());
 }
 
 #[test]

@@ -28,7 +28,11 @@ pub const DEFAULT_POLICY_KEY: &str = "policy.wasm";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "POLICY", type_ = "string", json_path = ".status.policy.name"),
+    printcolumn(
+        name = "REASON",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
     printcolumn(
         name = "VERSION",
         type_ = "string",
@@ -41,9 +45,28 @@ pub const DEFAULT_POLICY_KEY: &str = "policy.wasm";
         description = "EtcdClusters that select this policy"
     ),
     printcolumn(
+        name = "FAILING",
+        type_ = "integer",
+        json_path = ".status.failingEvaluations",
+        description = "Clusters whose last evaluation by the running version failed"
+    ),
+    printcolumn(
+        name = "POLICY",
+        type_ = "string",
+        json_path = ".status.policy.name",
+        priority = 1
+    ),
+    printcolumn(
         name = "DIGEST",
         type_ = "string",
         json_path = ".spec.digest",
+        priority = 1
+    ),
+    printcolumn(
+        name = "DRIFTED",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"SourceDrifted\")].status",
+        description = "Whether the source holds another component than the pinned one that runs",
         priority = 1
     ),
     printcolumn(
@@ -188,11 +211,40 @@ pub struct EtcdStatusPolicyStatus {
     #[serde(default)]
     pub clusters: i32,
 
-    /// Ready (the pinned component is loaded and running) and Stalled
-    /// (it cannot be, and why), in kstatus' sense.
+    /// Clusters that select this policy whose last evaluation by the
+    /// running version failed (a trap, the deadline, the memory cap, an
+    /// invalid verdict, a verification claim etcd did not back, or an
+    /// exception the SDK caught): they show the host's fallback verdict
+    /// (PolicyFailed), or the SDK's (PolicyError).
+    #[serde(default)]
+    pub failing_evaluations: i32,
+
+    /// Which clusters fail, and how: at most 10, by namespace and name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing_clusters: Vec<FailingCluster>,
+
+    /// Ready (the pinned component is loaded and running) and Stalled (it
+    /// cannot be, and why), in kstatus' sense; SourceDrifted (the source
+    /// now holds another component than the pinned one that runs) and
+    /// Degraded (some cluster's last evaluation failed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A cluster whose last evaluation by the running version failed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailingCluster {
+    pub namespace: String,
+    pub name: String,
+    /// How it failed, as `etcd_steward_policy_failures_total` names it:
+    /// `Trap`, `Deadline`, `Memory`, `InvalidVerdict`, `Instantiate`,
+    /// `UnconfirmedVerification`, `PolicyError`.
+    pub reason: String,
+    /// The start of the failure's message, as the cluster's status has it.
+    #[serde(default)]
+    pub message: String,
 }
 
 /// A component's answer to `describe()`.

@@ -2,6 +2,12 @@
 //! controller-manager and scheduler, and the local kubelet running real
 //! etcd) and the operator in one process, with an example EtcdCluster. For trying etcd-steward without a cluster; the
 //! operator inside is the same code `etcd-steward run` runs in-cluster.
+//!
+//! It ships any policy, as a cluster would: the operator's namespace (where
+//! policy sources live) exists, and the tests' OCI registry (the CNCF
+//! distribution registry, plain HTTP on loopback) runs beside it, so a
+//! Python or JavaScript component, too large for a ConfigMap, can be pushed
+//! and pinned. What to run is printed at start.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,10 +15,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use steward_testbed::ControlPlane;
+use steward_testbed::registry::Registry;
 
 use super::run::{Operator, RunArgs};
 use crate::api::EtcdCluster;
@@ -51,12 +59,17 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     let kubeconfig = publish_kubeconfig(&plane, &dir)?;
     let client = plane.client();
     install_crds(&client).await?;
-
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let operator = Operator::new(RunArgs {
+    let run_args = RunArgs {
         metrics_addr: String::new(),
         ..sandbox_run_args()
-    });
+    };
+    let policy_namespace = run_args.operator_config().policy_namespace;
+    create_namespace(&client, &policy_namespace).await?;
+    // Without it the sandbox still runs: only ConfigMap sources then.
+    let registry = Registry::start(plane.binaries()).await;
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let operator = Operator::new(run_args);
     let operator = tokio::spawn(operator.run(client.clone(), async {
         let _ = stop_rx.await;
     }));
@@ -83,6 +96,17 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     println!("  kubectl describe etcdcluster example");
     println!("  etcd logs: {}/kubelet/pods/", dir.display());
     println!();
+    print!(
+        "{}",
+        shipping_help(
+            &policy_namespace,
+            registry
+                .as_ref()
+                .map(|r| r.addr.as_str())
+                .map_err(|e| format!("{e:#}"))
+        )
+    );
+    println!();
 
     let timeline = tokio::spawn(print_timeline(clusters.clone()));
     let outcome = if args.replay_incident {
@@ -95,6 +119,9 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     timeline.abort();
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
+    if let Ok(registry) = registry {
+        registry.stop().await;
+    }
     plane.shutdown().await;
     println!("sandbox stopped; no etcd left running.");
     outcome
@@ -133,6 +160,64 @@ async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Creates `name` (server-side, so a second run is a no-op): the
+/// operator reads policy sources there, and `policy push --configmap`
+/// writes them there.
+async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name},
+    });
+    namespaces
+        .patch(
+            name,
+            &PatchParams::apply("etcd-steward-sandbox").force(),
+            &Patch::Apply(&namespace),
+        )
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    Ok(())
+}
+
+/// How to ship a policy to this sandbox: through the registry at
+/// `registry` (or why there is none), or a ConfigMap in `namespace`.
+fn shipping_help(namespace: &str, registry: Result<&str, String>) -> String {
+    use crate::cli::policy::push::WASM_CONFIG_MEDIA_TYPE;
+    use crate::policy::source::WASM_LAYER_MEDIA_TYPE;
+    let mut out = String::from(
+        "Ship a status policy (docs/writing-policies.md, \"Shipping to etcd-steward sandbox\"):\n",
+    );
+    out += &format!("  policy sources live in namespace {namespace} (created)\n");
+    match registry {
+        Ok(addr) => {
+            let at = format!("{addr}/policies/NAME:v1");
+            out += &format!(
+                "  an OCI registry for any size (plain HTTP, no account) listens on {addr}:\n"
+            );
+            out += &format!(
+                "    etcd-steward policy push --oci {at} --insecure NAME.wasm | kubectl apply -f -\n"
+            );
+            out += "    # or with oras (beside kubectl, on the PATH above):\n";
+            out += "    echo '{\"architecture\":\"wasm\",\"os\":\"wasip2\"}' > config.json\n";
+            out += &format!(
+                "    oras push --plain-http {at} --config config.json:{WASM_CONFIG_MEDIA_TYPE} NAME.wasm:{WASM_LAYER_MEDIA_TYPE}\n"
+            );
+            out += &format!(
+                "    # then an EtcdStatusPolicy with spec.source.oci: {{reference: {at}, insecure: true}}\n"
+            );
+        }
+        Err(why) => out += &format!("  no OCI registry: {why}\n"),
+    }
+    out += "  a ConfigMap, for a component up to 1 MiB (Rust; not Python or JavaScript):\n";
+    out += &format!(
+        "    etcd-steward policy push --configmap NAME --namespace {namespace} NAME.wasm | kubectl apply -f -\n"
+    );
+    out += "  then select it: kubectl patch ec example --type merge -p '{\"spec\":{\"statusPolicy\":{\"name\":\"NAME\"}}}'\n";
+    out
 }
 
 fn sandbox_run_args() -> RunArgs {
@@ -252,4 +337,30 @@ async fn replay_incident(
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the sandbox prints is what works: the media types the
+    /// operator pulls and `policy push` writes, the testbed registry's,
+    /// and the namespace the operator reads.
+    #[test]
+    fn the_shipping_help_uses_the_layout_the_operator_pulls() {
+        let help = shipping_help("etcd-steward-system", Ok("127.0.0.1:5000"));
+        for layout in [
+            steward_testbed::registry::WASM_CONFIG_MEDIA_TYPE,
+            steward_testbed::registry::WASM_LAYER_MEDIA_TYPE,
+        ] {
+            assert!(help.contains(layout), "{layout} in\n{help}");
+        }
+        assert!(help.contains(
+            "etcd-steward policy push --oci 127.0.0.1:5000/policies/NAME:v1 --insecure NAME.wasm"
+        ));
+        assert!(help.contains("--namespace etcd-steward-system"));
+        let without = shipping_help("ops", Err("no `registry` binary".into()));
+        assert!(without.contains("no OCI registry: no `registry` binary"));
+        assert!(!without.contains("oras push"));
+    }
 }

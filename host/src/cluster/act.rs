@@ -63,7 +63,7 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     };
 
     // Membership in motion, or an unverified cluster, is looked at sooner.
-    let busy = step.as_ref().is_none_or(|s| !matches!(s, Step::Idle)) || !e.verdict.verified;
+    let busy = step.as_ref().is_none_or(|s| !matches!(s, Step::Idle)) || !e.verified;
     let mut next = if busy {
         ctx.config.busy_resync
     } else {

@@ -5,15 +5,20 @@
 //! all yield the host's fallback verdict (`Available=Unknown`, reason
 //! `PolicyFailed`) plus a [`PolicyProblem`], which the status stage shows
 //! (as `Stalled=True` when only a human can fix it) and as a Warning Event.
+//!
+//! What the host checks of a verdict is [`judge`], a pure function of the
+//! observation and what the policy returned: `etcd-steward policy test` and
+//! `policy eval` run exactly it, so a verdict that passes there is never
+//! rejected here.
 
-use steward_policy_sdk::Verdict;
+use steward_policy_sdk::{ConditionStatus, Observation, UnverifiedKind, Verdict};
 
 use super::observe::Observed;
 use crate::api::PolicyStatus;
-use crate::conditions::Stall;
+use crate::conditions::{AVAILABLE, Stall};
 use crate::context::Context;
 use crate::facts::quorum::{self, Quorum};
-use crate::policy::{PolicyError, ResolveError, Resolved, fallback_verdict};
+use crate::policy::{Evaluation, PolicyError, ResolveError, Resolved, fallback_verdict};
 
 /// Why the host had to stand in for the policy.
 #[derive(Clone, Debug)]
@@ -27,6 +32,9 @@ pub enum PolicyProblem {
     /// The verdict says etcd verified a quorum; the host's own check of the
     /// same observation found none. A policy never gets to claim that.
     UnconfirmedVerification { why: String },
+    /// The verdict says `Available=True`, but the host's facts show no
+    /// quorum now, or the host reached no member at all.
+    UnconfirmedAvailability { why: String },
 }
 
 impl PolicyProblem {
@@ -35,7 +43,9 @@ impl PolicyProblem {
         match self {
             Self::Unavailable(_) => "PolicyUnavailable",
             Self::InvalidSettings { .. } => "InvalidPolicySettings",
-            Self::Failed(_) | Self::UnconfirmedVerification { .. } => "PolicyFailed",
+            Self::Failed(_)
+            | Self::UnconfirmedVerification { .. }
+            | Self::UnconfirmedAvailability { .. } => "PolicyFailed",
         }
     }
 
@@ -50,6 +60,9 @@ impl PolicyProblem {
                 "the policy's verdict claims a verified quorum, but etcd confirmed none ({why}); \
                  the verdict was rejected"
             ),
+            Self::UnconfirmedAvailability { why } => format!(
+                "the policy's verdict says Available=True, but {why}; the verdict was rejected"
+            ),
         }
     }
 
@@ -61,7 +74,21 @@ impl PolicyProblem {
             Self::Unavailable(e) if e.is_lasting() => Some(Stall::PolicyUnloadable(self.message())),
             Self::Unavailable(_) => None,
             Self::InvalidSettings { .. } => Some(Stall::InvalidPolicySettings(self.message())),
-            Self::Failed(_) | Self::UnconfirmedVerification { .. } => None,
+            Self::Failed(_)
+            | Self::UnconfirmedVerification { .. }
+            | Self::UnconfirmedAvailability { .. } => None,
+        }
+    }
+
+    /// CamelCase, naming which check rejected a verdict: what a `policy
+    /// test` case expects under `rejected`. `None` for the problems that are
+    /// not a rejected verdict (the policy could not run at all).
+    pub fn rejection(&self) -> Option<&'static str> {
+        match self {
+            Self::UnconfirmedVerification { .. } => Some("UnconfirmedVerification"),
+            Self::UnconfirmedAvailability { .. } => Some("UnconfirmedAvailability"),
+            Self::Failed(PolicyError::InvalidVerdict(_)) => Some("InvalidVerdict"),
+            _ => None,
         }
     }
 }
@@ -69,12 +96,15 @@ impl PolicyProblem {
 pub struct Evaluated {
     pub observed: Observed,
     pub verdict: Verdict,
+    /// Whether the status shows the cluster verified: the host verified a
+    /// quorum (`observation.quorum`) and the verdict did not decline it.
+    pub verified: bool,
     /// The policy that produced the verdict (or was meant to).
     pub policy: PolicyStatus,
     /// The condition types the policy declares (empty for a fallback).
     pub declared: Vec<String>,
-    /// The host's own quorum check of this observation; membership actions
-    /// are decided on it, never on the verdict.
+    /// The host's own quorum; membership actions are decided on it, never
+    /// on the verdict.
     pub quorum: Result<Quorum, String>,
     pub problem: Option<PolicyProblem>,
     /// A Warning to publish once: the cluster uses a deprecated policy form.
@@ -91,15 +121,104 @@ impl Evaluated {
     }
 
     fn fallback(observed: Observed, policy: PolicyStatus, problem: PolicyProblem) -> Self {
+        let judged = Judged::fallback(problem);
+        Self::new(observed, policy, Vec::new(), judged)
+    }
+
+    fn new(observed: Observed, policy: PolicyStatus, declared: Vec<String>, j: Judged) -> Self {
         Evaluated {
-            verdict: fallback_verdict(&problem.message()),
-            quorum: quorum::confirmed_in(&observed.observation.probing),
-            declared: Vec::new(),
+            quorum: quorum::verified(observed.observation.quorum.clone()),
+            verdict: j.verdict,
+            verified: j.verified,
+            declared,
             policy,
-            problem: Some(problem),
+            problem: j.problem,
             deprecation: None,
             observed,
         }
+    }
+}
+
+/// What the host makes of one evaluation.
+#[derive(Clone, Debug)]
+pub struct Judged {
+    /// The verdict to write: the policy's, or the host's fallback.
+    pub verdict: Verdict,
+    /// Whether the status shows the cluster verified.
+    pub verified: bool,
+    /// Why the host stood in for the policy.
+    pub problem: Option<PolicyProblem>,
+}
+
+impl Judged {
+    fn fallback(problem: PolicyProblem) -> Self {
+        Judged {
+            verdict: fallback_verdict(&problem.message()),
+            verified: false,
+            problem: Some(problem),
+        }
+    }
+}
+
+/// The host's checks of what a policy returned, against its own finding
+/// (`observation.quorum`); docs/api.md states them:
+/// 1. a policy that failed (trap, deadline, memory, an invalid verdict)
+///    gets the fallback;
+/// 2. a 0.1.0 verdict that claims `verified` without a verified quorum is
+///    rejected (0.2.0 cannot claim it: it can only decline);
+/// 3. `Available=True` is rejected when the host's facts show no quorum now,
+///    or when it reached no member; a policy may keep a verified
+///    `Available=True` for a while only when the host did not probe at all,
+///    and only after a quorum was verified once. The status then says
+///    plainly that the cluster is not verified now.
+///
+/// The status shows the cluster verified when the host verified a quorum
+/// and the verdict did not decline it.
+pub fn judge(observation: &Observation, evaluation: Evaluation) -> Judged {
+    if let Some(e) = evaluation.error {
+        return Judged::fallback(PolicyProblem::Failed(e));
+    }
+    let finding = &observation.quorum;
+    if evaluation.claims_verified
+        && let Some(u) = finding.unverified()
+    {
+        return Judged::fallback(PolicyProblem::UnconfirmedVerification {
+            why: u.message.clone(),
+        });
+    }
+    let mut verdict = evaluation.verdict;
+    let verified = finding.is_verified() && verdict.decline_verification.is_none();
+    let says_available = verdict
+        .condition(AVAILABLE)
+        .is_some_and(|c| c.status == ConditionStatus::True);
+    if says_available && !verified {
+        let why = match finding.unverified() {
+            Some(u) if u.kind != UnverifiedKind::NotProbed => Some(u.message.clone()),
+            Some(u) if observation.history.last_verified.is_none() => {
+                Some(format!("etcd never verified this cluster ({})", u.message))
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Judged::fallback(PolicyProblem::UnconfirmedAvailability { why });
+        }
+        let now = match (finding.unverified(), &verdict.decline_verification) {
+            (Some(u), _) => u.message.clone(),
+            (None, Some(declined)) => format!("the policy declined: {declined}"),
+            (None, None) => String::new(),
+        };
+        if let Some(c) = verdict.conditions.iter_mut().find(|c| c.type_ == AVAILABLE) {
+            let note = format!(" [not verified now: {now}]");
+            c.message = crate::text::truncate(
+                &format!("{}{note}", c.message),
+                crate::conditions::MAX_MESSAGE_BYTES,
+            );
+        }
+    }
+    Judged {
+        verdict,
+        verified,
+        problem: None,
     }
 }
 
@@ -186,37 +305,39 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         let observation = observed.observation.clone();
         match tokio::task::spawn_blocking(move || policy.evaluate(&observation)).await {
             Ok(evaluation) => evaluation,
-            Err(join) => crate::policy::Evaluation {
-                verdict: fallback_verdict(&format!("the policy evaluation thread failed: {join}")),
-                error: None,
-            },
+            Err(join) => {
+                let e = PolicyError::Trap(format!("the policy evaluation thread failed: {join}"));
+                crate::policy::Evaluation {
+                    verdict: fallback_verdict(&e.to_string()),
+                    claims_verified: false,
+                    error: Some(e),
+                }
+            }
         }
     };
     ctx.metrics.observe_policy(evaluation.error.as_ref());
     if evaluation.error.is_none() && caught_by_sdk(&evaluation.verdict) {
         ctx.metrics.count_caught_policy_error();
     }
-    if let Some(e) = evaluation.error {
-        return Evaluated::fallback(observed, status, PolicyProblem::Failed(e)).noting(deprecation);
-    }
-    let quorum = quorum::confirmed_in(&observed.observation.probing);
-    if let (true, Err(why)) = (evaluation.verdict.verified, &quorum) {
-        let problem = PolicyProblem::UnconfirmedVerification { why: why.clone() };
+    let judged = judge(&observed.observation, evaluation);
+    if matches!(
+        judged.problem,
+        Some(
+            PolicyProblem::UnconfirmedVerification { .. }
+                | PolicyProblem::UnconfirmedAvailability { .. }
+        )
+    ) {
         ctx.metrics.count_rejected_verdict();
-        return Evaluated::fallback(observed, status, problem).noting(deprecation);
     }
-    if evaluation.verdict.verified {
+    if judged.verified {
         ctx.record_verified(observed.cluster.as_ref(), observed.now);
     }
-    Evaluated {
-        verdict: evaluation.verdict,
-        declared: policy.info.condition_types.clone(),
-        quorum,
-        policy: status,
-        problem: None,
-        deprecation,
-        observed,
-    }
+    let declared = if judged.problem.is_none() {
+        policy.info.condition_types.clone()
+    } else {
+        Vec::new()
+    };
+    Evaluated::new(observed, status, declared, judged).noting(deprecation)
 }
 
 /// A verdict an SDK returned for an exception it caught in the policy's

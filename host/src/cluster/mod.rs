@@ -28,6 +28,8 @@
 //! project starts from, made unrepresentable.
 
 pub mod act;
+#[cfg(test)]
+mod api_tests;
 pub mod evaluate;
 pub mod observe;
 pub mod plan;

@@ -199,6 +199,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
                 policy_member(cluster, m, listed, answered, &status.members)
             })
             .collect(),
+        quorum: sdk::QuorumFinding::of(&probing),
         probing,
         history: sdk::History {
             // The exact time, which the stored status may show up to

@@ -123,12 +123,12 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
             .map(str::to_owned)
             .or(prev.version.clone()),
         observed: Some(target),
-        last_verified_time: if e.verdict.verified {
+        last_verified_time: if e.verified {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now))
         } else {
             prev.last_verified_time.clone()
         },
-        unverified_streak: if e.verdict.verified {
+        unverified_streak: if e.verified {
             0
         } else {
             prev.unverified_streak.saturating_add(1)

@@ -85,7 +85,7 @@ async fn unreachable_etcd_is_observed_evaluated_and_written_as_unavailable() {
     let evaluated = evaluate::evaluate(observed, &ctx).await;
     assert!(evaluated.problem.is_none(), "{:?}", evaluated.problem);
     assert!(evaluated.quorum.is_err());
-    assert!(!evaluated.verdict.verified);
+    assert!(!evaluated.verified);
     assert_eq!(evaluated.policy.name, "steward-default-policy");
 
     let step = plan::plan(&evaluated.observed.plan_facts(false, &ctx.config));
@@ -161,7 +161,7 @@ async fn a_verdict_for_a_caught_exception_counts_as_a_policy_failure() {
     evaluated.verdict = sdk::Verdict {
         conditions: vec![caught("Available"), caught("Degraded")],
         ready_members: 0,
-        verified: false,
+        decline_verification: None,
         requeue_after_ms: None,
         events: vec![],
     };

@@ -99,7 +99,9 @@ pub fn removal_decision(report: &sdk::ProbeReport, name: &str) -> Removal {
         .iter()
         .filter(|p| p.member != name)
         .filter_map(|p| match &p.outcome {
-            sdk::ProbeOutcome::Answered(s) => Some((s.member_id != leader, p.endpoint.clone())),
+            sdk::ProbeOutcome::Answered(s) => {
+                Some((Some(s.member_id) != leader, p.endpoint.clone()))
+            }
             _ => None,
         })
         .collect::<std::collections::BTreeSet<_>>()

@@ -15,78 +15,12 @@ use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
 };
 
+use super::error::wasm_error;
+use super::limits::Limits;
 use super::loaded::LoadedPolicy;
 use super::sandbox::{self, HostState};
+use super::wit::Bound;
 use super::{PolicyError, embedded};
-
-/// What one policy may consume: per evaluation (instantiation included),
-/// and the size of the component itself.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Limits {
-    /// Wall time for one call into the policy (instantiation included).
-    pub deadline: Duration,
-    /// Linear memory of one evaluation, all the component's memories
-    /// together, in bytes.
-    pub memory_bytes: usize,
-    /// The component's size, in bytes.
-    pub component_bytes: usize,
-    /// Core instances one evaluation may create.
-    pub instances: u32,
-}
-
-impl Default for Limits {
-    /// The defaults admit the SDKs' own examples, a Python one built with
-    /// `componentize-py --stub-wasi` included (docs/writing-policies.md
-    /// gives their measured needs).
-    fn default() -> Self {
-        Self {
-            deadline: Duration::from_millis(50),
-            memory_bytes: 64 << 20,
-            component_bytes: 64 << 20,
-            instances: 64,
-        }
-    }
-}
-
-impl Limits {
-    /// The operator's maxima when none are given: what any one policy may
-    /// ask for in its EtcdStatusPolicy.
-    pub fn default_maximum() -> Self {
-        Self {
-            deadline: Duration::from_millis(1000),
-            memory_bytes: 256 << 20,
-            component_bytes: 128 << 20,
-            instances: 128,
-        }
-    }
-
-    /// The first limit of `self` above `max`, named as a user writes it.
-    pub fn exceeding(&self, max: &Limits) -> Option<String> {
-        let over = |name: &str, got: u128, max: u128| {
-            (got > max).then(|| format!("{name} {got} is above the operator's maximum {max}"))
-        };
-        over(
-            "deadlineMilliseconds",
-            self.deadline.as_millis(),
-            max.deadline.as_millis(),
-        )
-        .or_else(|| {
-            over(
-                "memoryBytes",
-                self.memory_bytes as u128,
-                max.memory_bytes as u128,
-            )
-        })
-        .or_else(|| {
-            over(
-                "componentBytes",
-                self.component_bytes as u128,
-                max.component_bytes as u128,
-            )
-        })
-        .or_else(|| over("instances", self.instances.into(), max.instances.into()))
-    }
-}
 
 /// How the engine is set up, once per process.
 #[derive(Clone, Debug)]
@@ -210,10 +144,20 @@ impl PolicyEngine {
         bytes: &[u8],
         limits: &Limits,
     ) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        self.compile_with(bytes, limits)?.describe()
+    }
+
+    /// The first half of [`Self::load_with`]: compiles (or finds compiled)
+    /// and pre-instantiates the component, without running any of it.
+    /// [`Compiled::describe`] is the second half.
+    pub fn compile_with(&self, bytes: &[u8], limits: &Limits) -> Result<Compiled, PolicyError> {
         if let Some(over) = limits.exceeding(&self.inner.loader.config.maximum) {
             return Err(PolicyError::Load(format!("limits: {over}")));
         }
-        self.inner.loader.load(bytes, limits)
+        Ok(Compiled {
+            engine: self.clone(),
+            ready: self.inner.loader.compile(bytes, limits)?,
+        })
     }
 
     pub fn load_file(&self, path: impl AsRef<Path>) -> Result<Arc<LoadedPolicy>, PolicyError> {
@@ -253,6 +197,51 @@ impl PolicyEngine {
     }
 }
 
+/// A component compiled for some limits and not yet asked to describe
+/// itself: a load in two steps, so a caller can tell a component that does
+/// not compile from one that fails when it first runs. Both steps block;
+/// run them off the async workers.
+pub struct Compiled {
+    /// The engine whose caches the described policy goes into.
+    engine: PolicyEngine,
+    ready: Ready,
+}
+
+impl Compiled {
+    /// Runs the policy's describe() under its limits: the second half of
+    /// [`PolicyEngine::load_with`]. A component loaded before under the
+    /// same digest and limits is not asked again: the same policy returns.
+    pub fn describe(self) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        self.engine.inner.loader.describe(self.ready)
+    }
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (digest, described) = match &self.ready {
+            Ready::Loaded(policy) => (&policy.digest, true),
+            Ready::Bound { digest, .. } => (digest, false),
+        };
+        f.debug_struct("Compiled")
+            .field("digest", digest)
+            .field("described", &described)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a compile leaves for describe().
+enum Ready {
+    /// Loaded before under the same digest and limits.
+    Loaded(Arc<LoadedPolicy>),
+    /// Linked to the status-policy world; `ticks` is its deadline in epochs.
+    Bound {
+        pre: Bound,
+        digest: String,
+        limits: Limits,
+        ticks: u64,
+    },
+}
+
 /// sha256 of a component's bytes, lowercase hex: the one name of a policy
 /// that cannot be spoofed.
 pub fn digest(bytes: &[u8]) -> String {
@@ -261,6 +250,13 @@ pub fn digest(bytes: &[u8]) -> String {
 
 impl Loader {
     fn load(&self, bytes: &[u8], limits: &Limits) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        let ready = self.compile(bytes, limits)?;
+        self.describe(ready)
+    }
+
+    /// Everything of a load but running the policy: the size, the caches,
+    /// the compile, the link to the sandbox and to the status-policy world.
+    fn compile(&self, bytes: &[u8], limits: &Limits) -> Result<Ready, PolicyError> {
         if bytes.len() > limits.component_bytes {
             return Err(PolicyError::Load(format!(
                 "the component is {} bytes, above its limit of {} (componentBytes)",
@@ -271,18 +267,39 @@ impl Loader {
         let digest = digest(bytes);
         let key = (digest.clone(), limits.clone());
         if let Some(hit) = lock(&self.loaded).get_mut(&key) {
-            return Ok(hit.use_now().clone());
+            return Ok(Ready::Loaded(hit.use_now().clone()));
         }
         let pre = self.compiled(bytes, &digest)?;
+        let pre = Bound::new(pre).map_err(|e| {
+            PolicyError::Load(format!(
+                "not a steward:status/status-policy component (0.2.0 or 0.1.0): {}",
+                wasm_error(&e)
+            ))
+        })?;
+        // One tick more than the deadline needs: the current epoch may be
+        // nearly over when an evaluation starts.
         let ticks = limits.deadline.as_nanos().div_ceil(self.tick.as_nanos()) as u64 + 1;
-        let policy = Arc::new(LoadedPolicy::new(
+        Ok(Ready::Bound {
             pre,
             digest,
-            limits.clone(),
-            // One tick more than the deadline needs: the current epoch may
-            // be nearly over when an evaluation starts.
+            limits: limits.clone(),
             ticks,
-        )?);
+        })
+    }
+
+    /// Asks a compiled policy to describe itself, and keeps what it said.
+    fn describe(&self, ready: Ready) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        let (pre, digest, limits, ticks) = match ready {
+            Ready::Loaded(policy) => return Ok(policy),
+            Ready::Bound {
+                pre,
+                digest,
+                limits,
+                ticks,
+            } => (pre, digest, limits, ticks),
+        };
+        let key = (digest.clone(), limits.clone());
+        let policy = Arc::new(LoadedPolicy::new(pre, digest, limits, ticks)?);
         // Once per component and limits: which policy runs is told by its
         // digest, the one name of it that cannot be spoofed.
         tracing::info!(
@@ -565,12 +582,6 @@ fn not_a_component(bytes: &[u8]) -> String {
             bytes.len()
         )
     }
-}
-
-/// A wasmtime error and its context chain on one line, for a condition
-/// message or a CLI error.
-pub(super) fn wasm_error(e: &wasmtime::Error) -> String {
-    crate::text::one_line(&format!("{e:#}"))
 }
 
 #[cfg(test)]

@@ -75,3 +75,9 @@ impl PolicyError {
         }
     }
 }
+
+/// A wasmtime error and its context chain on one line, for a condition
+/// message or a CLI error.
+pub(super) fn wasm_error(e: &wasmtime::Error) -> String {
+    crate::text::one_line(&format!("{e:#}"))
+}

@@ -2,15 +2,14 @@
 //! describe itself, check settings, evaluate an observation. Every call gets
 //! a fresh Store and instance, so nothing a policy does survives the call.
 
-use steward_policy_sdk::{Observation, PolicyInfo, Verdict};
+use steward_policy_sdk::{Observation, PolicyInfo};
 use wasmtime::Store;
-use wasmtime::component::InstancePre;
 
-use super::PolicyError;
-use super::engine::{Limits, wasm_error};
+use super::error::{PolicyError, wasm_error};
+use super::limits::Limits;
 use super::sandbox::HostState;
 use super::verdict::{self, Evaluation};
-use super::wit::{self, StatusPolicy, StatusPolicyPre};
+use super::wit::{Bound, Instance, Returned};
 
 /// How much of a failing policy's stderr goes into the fallback message.
 const STDERR_IN_MESSAGE: usize = 300;
@@ -20,7 +19,7 @@ pub struct LoadedPolicy {
     pub info: PolicyInfo,
     /// sha256 of the component bytes, lowercase hex.
     pub digest: String,
-    pre: StatusPolicyPre<HostState>,
+    pre: Bound,
     limits: Limits,
     deadline_ticks: u64,
 }
@@ -42,18 +41,14 @@ enum Stage {
 }
 
 impl LoadedPolicy {
+    /// Asks the component to describe itself: a policy is loaded only
+    /// once it has said what it is.
     pub(super) fn new(
-        pre: InstancePre<HostState>,
+        pre: Bound,
         digest: String,
         limits: Limits,
         deadline_ticks: u64,
     ) -> Result<Self, PolicyError> {
-        let pre = StatusPolicyPre::new(pre).map_err(|e| {
-            PolicyError::Load(format!(
-                "not a steward:status/status-policy component: {}",
-                wasm_error(&e)
-            ))
-        })?;
         let mut policy = Self {
             info: PolicyInfo {
                 name: String::new(),
@@ -67,11 +62,8 @@ impl LoadedPolicy {
             deadline_ticks,
         };
         policy.info = policy
-            .call("describe", |bindings, store| {
-                bindings.steward_status_policy().call_describe(store)
-            })
-            .map_err(|e| PolicyError::Load(format!("describe() failed: {e}")))?
-            .into();
+            .call("describe", |instance, store| instance.describe(store))
+            .map_err(|e| PolicyError::Load(format!("describe() failed: {e}")))?;
         Ok(policy)
     }
 
@@ -82,10 +74,8 @@ impl LoadedPolicy {
 
     /// Asks the policy whether it accepts these settings (JSON text).
     pub fn validate_settings(&self, json: &str) -> Result<(), PolicyError> {
-        self.call("validate-settings", |bindings, store| {
-            bindings
-                .steward_status_policy()
-                .call_validate_settings(store, json)
+        self.call("validate-settings", |instance, store| {
+            instance.validate_settings(store, json)
         })?
         .map_err(|why| {
             PolicyError::Settings(crate::text::truncate(
@@ -99,33 +89,34 @@ impl LoadedPolicy {
     /// verdict is the host's fallback and `error` says what went wrong.
     pub fn evaluate(&self, observation: &Observation) -> Evaluation {
         match self.try_evaluate(observation) {
-            Ok(verdict) => Evaluation {
-                verdict,
+            Ok(returned) => Evaluation {
+                verdict: returned.verdict,
+                claims_verified: returned.claims_verified,
                 error: None,
             },
             Err(error) => Evaluation::failed(error),
         }
     }
 
-    fn try_evaluate(&self, observation: &Observation) -> Result<Verdict, PolicyError> {
-        let input = wit::steward::status::types::Observation::from(observation);
-        let verdict: Verdict = self
-            .call("evaluate", |bindings, store| {
-                bindings
-                    .steward_status_policy()
-                    .call_evaluate(store, &input)
-            })?
-            .into();
-        verdict::validate(&verdict, observation.members.len())
+    fn try_evaluate(&self, observation: &Observation) -> Result<Returned, PolicyError> {
+        let returned = self.call("evaluate", |instance, store| {
+            instance.evaluate(store, observation)
+        })?;
+        verdict::validate(&returned.verdict, observation.members.len())
             .map_err(PolicyError::InvalidVerdict)?;
-        Ok(verdict)
+        Ok(returned)
+    }
+
+    /// The contract version the component exports ("steward:status@0.2.0").
+    pub fn contract(&self) -> &'static str {
+        self.pre.contract()
     }
 
     /// Runs `f` against a fresh instance in a fresh, limited Store.
     fn call<R>(
         &self,
         name: &'static str,
-        f: impl FnOnce(&StatusPolicy, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
         let mut store = Store::new(self.pre.engine(), HostState::new(&self.limits));
         store.limiter(|state| &mut state.limiter);

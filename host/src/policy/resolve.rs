@@ -12,7 +12,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
-use super::catalog::{Catalog, Entry, LoadFailure};
+use super::catalog::{Catalog, Entry, EvaluationOutcome, LoadFailure};
 use super::{LoadedPolicy, PolicyEngine, PolicyError};
 use crate::api::{ConfigMapPolicySource, EtcdCluster, EtcdStatusPolicy, POLICY_CONFIGMAP_KEY};
 
@@ -215,6 +215,30 @@ impl Policies {
             policy,
             source: deprecated_source(&namespace, name),
         })
+    }
+
+    /// Remembers how `cluster`'s evaluation by `evaluated` ended, for the
+    /// status of the EtcdStatusPolicy `policy` that supplied it (`None`:
+    /// the embedded default, or the deprecated ConfigMap form; the cluster
+    /// then counts for no EtcdStatusPolicy). A cluster that fails stays
+    /// counted until an evaluation of it answers again, or it selects
+    /// another policy. Cheap and non-blocking: call it on every evaluation
+    /// that ran the policy (the settings check included), not when the
+    /// policy could not be had at all.
+    pub fn record_evaluation(
+        &self,
+        cluster: &EtcdCluster,
+        policy: Option<&str>,
+        evaluated: &LoadedPolicy,
+        outcome: EvaluationOutcome<'_>,
+    ) {
+        let cluster = format!(
+            "{}/{}",
+            cluster.namespace().unwrap_or_default(),
+            cluster.name_any()
+        );
+        self.catalog
+            .record_evaluation(&cluster, policy, &evaluated.digest, outcome);
     }
 
     /// Whether this is the first time this process sees `cluster` (by UID)

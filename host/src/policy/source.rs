@@ -10,6 +10,7 @@ use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientP
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
+use super::catalog::reason;
 use crate::api::{CA_BUNDLE_KEY, ConfigMapPolicySource, DEFAULT_POLICY_KEY, OciPolicySource};
 
 /// The media type of a component layer (the CNCF "Wasm OCI Artifact" layout
@@ -23,13 +24,16 @@ pub const PULL_SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
 /// How long one pull may take, manifest and blob together.
 const PULL_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Why a component could not be had.
+/// Why a component could not be had. Each one names its condition reason
+/// and whether it may pass by itself ([`Self::reason`],
+/// [`Self::is_transient`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
     /// Only a human can fix it: a missing object, key or layer.
     #[error("{0}")]
     Missing(String),
-    /// The registry refused or did not answer; it may pass.
+    /// The registry, or the apiserver holding what the source names, did
+    /// not answer; it may pass.
     #[error("{0}")]
     Unreachable(String),
     /// The registry refused the credentials, or anonymous access.
@@ -45,6 +49,34 @@ pub enum FetchError {
     /// The artifact is larger than the policy may be.
     #[error("{0}")]
     TooLarge(String),
+}
+
+impl FetchError {
+    /// CamelCase, for the policy's conditions and Event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Missing(_) => reason::SOURCE_MISSING,
+            Self::Unreachable(_) => reason::SOURCE_UNREACHABLE,
+            Self::Unauthorized(_) => reason::SOURCE_UNAUTHORIZED,
+            Self::Untrusted(_) => reason::SOURCE_UNTRUSTED,
+            Self::DigestMismatch(_) => reason::DIGEST_MISMATCH,
+            Self::TooLarge(_) => reason::LIMITS_EXCEEDED,
+        }
+    }
+
+    /// Whether asking again soon may succeed. Only a source that did not
+    /// answer: the others wait for a human to change the spec, the
+    /// source, the Secret or the registry, and asking again changes nothing.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unreachable(_) => true,
+            Self::Missing(_)
+            | Self::Unauthorized(_)
+            | Self::Untrusted(_)
+            | Self::DigestMismatch(_)
+            | Self::TooLarge(_) => false,
+        }
+    }
 }
 
 /// The component in `cm` (the ConfigMap `source` names, if it exists), and
@@ -397,6 +429,34 @@ fn docker_config_auth(json: &[u8], registry: &str) -> Option<RegistryAuth> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_fetch_error_names_its_reason_and_only_an_unreachable_source_is_retried() {
+        let table = [
+            (FetchError::Missing("m".into()), "SourceMissing", false),
+            (
+                FetchError::Unreachable("u".into()),
+                "SourceUnreachable",
+                true,
+            ),
+            (
+                FetchError::Unauthorized("a".into()),
+                "SourceUnauthorized",
+                false,
+            ),
+            (FetchError::Untrusted("t".into()), "SourceUntrusted", false),
+            (
+                FetchError::DigestMismatch("d".into()),
+                "DigestMismatch",
+                false,
+            ),
+            (FetchError::TooLarge("l".into()), "LimitsExceeded", false),
+        ];
+        for (error, reason, transient) in table {
+            assert_eq!(error.reason(), reason, "{error:?}");
+            assert_eq!(error.is_transient(), transient, "{error:?}");
+        }
+    }
 
     #[tokio::test]
     async fn a_download_stops_at_the_limit() {

@@ -18,6 +18,9 @@ pub const FALLBACK_REASON: &str = reason::POLICY_FAILED;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evaluation {
     pub verdict: Verdict,
+    /// A 0.1.0 verdict claimed `verified: true`; the host checks the claim
+    /// against its own finding.
+    pub claims_verified: bool,
     pub error: Option<PolicyError>,
 }
 
@@ -25,6 +28,7 @@ impl Evaluation {
     pub(super) fn failed(error: PolicyError) -> Self {
         Self {
             verdict: fallback_verdict(&error.to_string()),
+            claims_verified: false,
             error: Some(error),
         }
     }
@@ -46,7 +50,9 @@ pub fn fallback_verdict(reason_message: &str) -> Verdict {
     Verdict {
         conditions: vec![unknown(AVAILABLE), unknown(DEGRADED)],
         ready_members: 0,
-        verified: false,
+        // The host stands in for a policy that gave no verdict, and
+        // shows nothing verified on its behalf.
+        decline_verification: Some("the host stood in for the policy".to_owned()),
         requeue_after_ms: None,
         events: Vec::new(),
     }
@@ -132,7 +138,7 @@ mod tests {
                 .map(|(t, r)| Condition::new(*t, ConditionStatus::True, *r, ""))
                 .collect(),
             ready_members: 0,
-            verified: false,
+            decline_verification: None,
             requeue_after_ms: None,
             events: Vec::new(),
         }
@@ -209,7 +215,7 @@ mod tests {
             assert_eq!(c.status, ConditionStatus::Unknown);
             assert_eq!(c.reason, FALLBACK_REASON);
         }
-        assert!(!v.verified);
+        assert!(v.decline_verification.is_some());
         assert_eq!(v.ready_members, 0);
     }
 }

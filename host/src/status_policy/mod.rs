@@ -1,38 +1,56 @@
-//! The EtcdStatusPolicy controller: fetch → load → swap → write status.
+//! The EtcdStatusPolicy controller: load → swap → write status.
 //!
 //! It keeps [`crate::policy::catalog`] in step with the EtcdStatusPolicy
 //! objects, their ConfigMaps (components and CA bundles) and their pull
-//! Secrets: a new
-//! version is fetched, compiled and asked to describe itself here, off the
-//! cluster reconcile path, and then swapped in whole. The clusters that
-//! select the policy are reconciled by the status write that follows (their
-//! controller watches these objects), so they show the new verdict within
-//! one reconcile of the swap.
+//! Secrets. A reconcile runs these stages, one file each:
 //!
-//! Like the cluster reconcile, it writes its status whatever the load did:
-//! a policy that cannot run says why, on the object and in an Event.
+//! ```text
+//! load (limits -> fetch -> verify -> compile -> describe)  ->  swap  ->  write status
+//! ```
+//!
+//! - `load` loads the version the spec pins, off the cluster reconcile
+//!   path, in phases that each return a typed outcome (`fetch`, `pin`,
+//!   `failure`). Its outcome is a catalog entry: a policy that runs, or
+//!   why none does, with a reason and whether it is transient.
+//! - `swap` puts that entry in the catalog whole, if it differs from what
+//!   runs, and announces a new failure in a Warning Event.
+//! - `status` computes the status from that entry, which is written
+//!   whatever the load did: a policy that cannot run says why.
+//!
+//! The clusters that select the policy are reconciled by the status write
+//! that follows the swap (their controller watches these objects), so they
+//! show the new verdict within one reconcile of it. A transient failure is
+//! tried again after `RETRY_FETCH`; any other at the next recheck or
+//! change. A failure is never reused, so a fixed Secret or a re-pushed tag
+//! is picked up.
+//!
+//! The status also counts the clusters whose last evaluation by the running
+//! version failed, as the cluster reconciles record them in the catalog;
+//! [`evaluations_changed`] is the trigger that brings a policy's status in
+//! step when that record moves.
 
+mod failure;
+mod fetch;
+mod load;
+mod pin;
+mod status;
+mod swap;
+
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use futures::StreamExt as _;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
-use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
-use steward_policy_sdk::{Condition, ConditionStatus};
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{
-    DescribedPolicy, EffectiveLimits, EtcdCluster, EtcdStatusPolicy, EtcdStatusPolicyStatus,
-    write_whole_status,
-};
-use crate::conditions::{self, READY, STALLED};
+use crate::api::{EtcdCluster, EtcdStatusPolicy, write_whole_status};
 use crate::context::Context;
 use crate::error::Error;
-use crate::policy::catalog::{Entry, LoadFailure, LoadKey};
-use crate::policy::source::{self, FetchError};
-use crate::policy::{Limits, LoadedPolicy, digest};
+use crate::policy::Policies;
+use crate::policy::catalog::Entry;
 
 /// What the policy controller reads besides the shared context.
 pub struct PolicyContext {
@@ -45,7 +63,7 @@ pub struct PolicyContext {
     pub compiling: tokio::sync::Mutex<()>,
 }
 
-/// How soon a registry that did not answer is asked again.
+/// How soon a source that did not answer is asked again.
 const RETRY_FETCH: Duration = Duration::from_secs(15);
 
 #[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
@@ -55,29 +73,45 @@ pub async fn reconcile_policy(
 ) -> Result<Action, Error> {
     let name = policy.name_any();
     let ctx = &pctx.ctx;
-    let entry = load(&policy, &pctx).await;
-    let changed = ctx
-        .policies
-        .catalog
-        .get(&name)
-        .is_none_or(|old| !same(&old, &entry));
-    if changed {
-        if let Entry::Running { policy: loaded, .. } = &entry {
-            check_settings(&pctx, &name, loaded).await;
-        }
-        ctx.policies.catalog.set(&name, entry.clone());
-        if let Entry::Failed { failure, .. } = &entry {
-            publish(ctx, &policy, failure).await;
-        }
-    }
+    let loader = load::Loader {
+        engine: ctx.policies.engine(),
+        sources: fetch::Sources {
+            client: &ctx.client,
+            namespace: &pctx.namespace,
+        },
+        compiling: &pctx.compiling,
+    };
+    let entry = loader.load(&policy, ctx.policies.catalog.get(&name)).await;
+    swap::swap(ctx, &policy, &entry, || {
+        pctx.clusters
+            .state()
+            .iter()
+            .filter(|c| selects(c, &name))
+            .map(|c| crate::cluster::observe::settings_text(c))
+            .collect()
+    })
+    .await;
 
-    let clusters = pctx
+    let selecting: HashSet<String> = pctx
         .clusters
         .state()
         .iter()
         .filter(|c| selects(c, &name))
-        .count() as i32;
-    let status = next_status(&policy, &entry, clusters, jiff::Timestamp::now());
+        .map(|c| cluster_key(c))
+        .collect();
+    let catalog = &ctx.policies.catalog;
+    catalog.retain_evaluations(&name, |cluster| selecting.contains(cluster));
+    let failing = match &entry {
+        Entry::Running { policy: loaded, .. } => catalog.failing_evaluations(&name, &loaded.digest),
+        Entry::Failed { .. } => Vec::new(),
+    };
+    let status = status::next_status(
+        &policy,
+        &entry,
+        selecting.len() as i32,
+        &failing,
+        jiff::Timestamp::now(),
+    );
     if policy.status.as_ref() != Some(&status) {
         let api: Api<EtcdStatusPolicy> = Api::all(ctx.client.clone());
         write_whole_status(&api, &name, &status)
@@ -86,6 +120,7 @@ pub async fn reconcile_policy(
     }
     Ok(match &entry {
         Entry::Failed { failure, .. } if failure.transient => Action::requeue(RETRY_FETCH),
+        _ if status::source_unknown(&entry) => Action::requeue(RETRY_FETCH),
         // Nothing changed: the cluster count, and another try of a version
         // that failed for a reason a watch cannot see pass (a tag that
         // now holds other bytes).
@@ -93,31 +128,52 @@ pub async fn reconcile_policy(
     })
 }
 
-/// Runs the new version's validate-settings on the settings of every
-/// cluster that selects it, before the swap: the answers are remembered
-/// (per digest and settings), so the clusters' first reconciles with the
-/// new version evaluate at once, and a version that refuses a cluster's
-/// settings says so in that cluster's first status after the swap.
-async fn check_settings(pctx: &PolicyContext, name: &str, loaded: &Arc<LoadedPolicy>) {
-    let settings: Vec<String> = pctx
-        .clusters
-        .state()
-        .iter()
-        .filter(|c| selects(c, name))
-        .map(|c| crate::cluster::observe::settings_text(c))
-        .collect();
-    let ctx = pctx.ctx.clone();
-    let loaded = loaded.clone();
-    let _slot = pctx.ctx.policies.slot().await;
-    let checked = tokio::task::spawn_blocking(move || {
-        for text in settings {
-            let _ = ctx.policies.validate_settings(&loaded, &text);
-        }
-    })
-    .await;
-    if let Err(e) = checked {
-        tracing::warn!(error = %e, "checking settings against a new policy version failed");
-    }
+/// How the catalog's record of evaluations names a cluster:
+/// `namespace/name`.
+pub fn cluster_key(cluster: &EtcdCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+/// The policies whose record of failing evaluations moved (a cluster
+/// started or stopped failing, or fails another way), as a trigger for the
+/// policy controller (`Controller::reconcile_on`): their status shows it
+/// without waiting for the recheck. Each subscriber compares revisions with
+/// what it saw last, so a policy is named once per move, however many
+/// clusters record the same outcome again.
+pub fn evaluations_changed(
+    policies: &Arc<Policies>,
+) -> impl futures::Stream<Item = ObjectRef<EtcdStatusPolicy>> + Send + 'static {
+    let policies = policies.clone();
+    let moved = policies.catalog.watch_evaluations();
+    let seen = policies.catalog.evaluation_revisions();
+    futures::stream::unfold(
+        (policies, moved, seen),
+        |(policies, mut moved, mut seen)| async move {
+            loop {
+                // The catalog lives as long as `policies`: never closed.
+                moved.changed().await.ok()?;
+                let named: Vec<ObjectRef<EtcdStatusPolicy>> = policies
+                    .catalog
+                    .evaluation_revisions()
+                    .into_iter()
+                    // A record starts at 0: a policy new to the catalog
+                    // whose clusters all answered has nothing to show.
+                    .filter(|(name, revision)| {
+                        seen.insert(name.clone(), *revision).unwrap_or(0) != *revision
+                    })
+                    .map(|(name, _)| ObjectRef::new(&name))
+                    .collect();
+                if !named.is_empty() {
+                    return Some((futures::stream::iter(named), (policies, moved, seen)));
+                }
+            }
+        },
+    )
+    .flatten()
 }
 
 /// Whether a cluster runs the named EtcdStatusPolicy.
@@ -130,316 +186,71 @@ pub fn selects(cluster: &EtcdCluster, policy: &str) -> bool {
         == Some(policy)
 }
 
-/// The same outcome: the same version running, or the same failure.
-fn same(a: &Entry, b: &Entry) -> bool {
-    match (a, b) {
-        (
-            Entry::Running {
-                key: ka,
-                policy: pa,
-            },
-            Entry::Running {
-                key: kb,
-                policy: pb,
-            },
-        ) => ka == kb && Arc::ptr_eq(pa, pb),
-        (
-            Entry::Failed {
-                key: ka,
-                failure: fa,
-            },
-            Entry::Failed {
-                key: kb,
-                failure: fb,
-            },
-        ) => ka == kb && fa == fb,
-        _ => false,
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt as _;
+
+    use super::*;
+    use crate::policy::{EngineConfig, EvaluationOutcome, PolicyEngine};
+
+    fn cluster(namespace: &str, name: &str) -> EtcdCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {},
+        }))
+        .unwrap()
     }
-}
 
-/// The limits in force: the spec's, the operator's defaults for the rest.
-fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
-    let spec = &policy.spec.limits;
-    Limits {
-        // The schema's minimums keep these positive.
-        deadline: spec.deadline_milliseconds.map_or(defaults.deadline, |ms| {
-            Duration::from_millis(ms.max(1) as u64)
-        }),
-        memory_bytes: spec
-            .memory_bytes
-            .map_or(defaults.memory_bytes, |b| b.max(0) as usize),
-        component_bytes: spec
-            .component_bytes
-            .map_or(defaults.component_bytes, |b| b.max(0) as usize),
-        instances: spec
-            .instances
-            .map_or(defaults.instances, |n| n.max(1) as u32),
-    }
-}
-
-/// The object named `name` in the operator's namespace, if a name is given
-/// and it exists; the API's error as a message otherwise.
-async fn named<K>(pctx: &PolicyContext, name: Option<&str>) -> Result<Option<K>, String>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let Some(name) = name else { return Ok(None) };
-    Api::<K>::namespaced(pctx.ctx.client.clone(), &pctx.namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| {
-            format!(
-                "reading {} {}/{name}: {e}",
-                K::kind(&Default::default()),
-                pctx.namespace
-            )
-        })
-}
-
-/// Fetches and loads the version the spec pins, unless the catalog already
-/// runs exactly that version (same pin, limits and source). A failure is
-/// never reused: the next reconcile (a change, or the minute's recount)
-/// tries again, so a fixed Secret or a re-pushed tag is picked up.
-async fn load(policy: &EtcdStatusPolicy, pctx: &PolicyContext) -> Entry {
-    let ctx = &pctx.ctx;
-    let engine = ctx.policies.engine();
-    let limits = limits_of(policy, engine.limits());
-    let pinned = policy.spec.digest.clone();
-    let previous = ctx.policies.catalog.get(&policy.name_any());
-    let running = |key: &LoadKey| match &previous {
-        Some(entry @ Entry::Running { key: old, .. }) if old == key => Some(entry.clone()),
-        _ => None,
-    };
-    let failed =
-        |key: LoadKey, reason: &'static str, message: String, transient: bool| Entry::Failed {
-            key,
-            failure: LoadFailure {
-                reason,
-                message,
-                transient,
-            },
+    /// What the policy controller is triggered by: a policy is named when
+    /// a cluster starts or stops failing its evaluations, once, and not
+    /// when the same outcome is recorded again.
+    #[tokio::test]
+    async fn a_policy_is_triggered_when_its_failing_clusters_move() {
+        let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let policies = Arc::new(Policies::new(engine.clone(), client));
+        let version = engine.default_policy();
+        let a = cluster("ns", "a");
+        let trap = EvaluationOutcome::Failed {
+            kind: "Trap",
+            message: "policy trapped: evaluate: unreachable",
         };
-    let key_for = |source: String| LoadKey {
-        digest: pinned.clone(),
-        limits: limits.clone(),
-        source,
-    };
-    // Before anything is fetched: the limits bound the download too.
-    if let Some(over) = limits.exceeding(engine.maximum()) {
-        return failed(
-            key_for("-".into()),
-            "LimitsExceeded",
-            format!("spec.limits: {over}"),
-            false,
+        let mut triggers = Box::pin(evaluations_changed(&policies));
+        let named = |r: Option<Option<ObjectRef<EtcdStatusPolicy>>>| r.flatten().map(|r| r.name);
+
+        policies.record_evaluation(&a, Some("p"), &version, EvaluationOutcome::Answered);
+        assert_eq!(
+            named(triggers.next().now_or_never()),
+            None,
+            "nothing failed"
         );
-    }
 
-    let (bytes, key) = if let Some(cm) = &policy.spec.source.config_map {
-        // Through the API, not a cache: the watch event that started this
-        // reconcile may be ahead of any cache. Metadata first, so an
-        // unchanged ConfigMap is not read again.
-        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &pctx.namespace);
-        let at = |version: &str| {
-            key_for(format!(
-                "configMap {}/{} key {} at {version}",
-                pctx.namespace,
-                cm.name,
-                cm.key.as_deref().unwrap_or(crate::api::DEFAULT_POLICY_KEY)
-            ))
-        };
-        let unreachable = |e: kube::Error| {
-            failed(
-                at("?"),
-                "SourceUnreachable",
-                format!("reading ConfigMap {}/{}: {e}", pctx.namespace, cm.name),
-                true,
-            )
-        };
-        let version = match api.get_metadata_opt(&cm.name).await {
-            Err(e) => return unreachable(e),
-            Ok(meta) => meta.and_then(|m| m.metadata.resource_version),
-        };
-        if let Some(same) = version.as_deref().and_then(|v| running(&at(v))) {
-            return same;
-        }
-        match api.get_opt(&cm.name).await {
-            Err(e) => return unreachable(e),
-            Ok(found) => match source::from_config_map(found.as_ref(), &pctx.namespace, cm) {
-                Ok((bytes, version)) => (bytes, at(&version)),
-                Err(e) => return failed(at("-"), "SourceMissing", e.to_string(), false),
-            },
-        }
-    } else if let Some(oci) = &policy.spec.source.oci {
-        let key = key_for(format!("oci {}", oci.reference));
-        // The pin names the content: what runs under this very key was
-        // checked against it, and needs no second download.
-        if let Some(same) = running(&key) {
-            return same;
-        }
-        // What the pull reads besides the registry, by name: a missing one
-        // is the source's to report, an API that does not answer is retried.
-        let secret = match named::<Secret>(pctx, oci.pull_secret.as_deref()).await {
-            Ok(found) => found,
-            Err(e) => return failed(key, "SourceUnreachable", e, true),
-        };
-        let ca = match named::<ConfigMap>(pctx, oci.ca_config_map.as_deref()).await {
-            Ok(found) => found,
-            Err(e) => return failed(key, "SourceUnreachable", e, true),
-        };
-        match source::from_oci(
-            oci,
-            &pinned,
-            limits.component_bytes,
-            secret.as_ref(),
-            ca.as_ref(),
-            &pctx.namespace,
-        )
-        .await
-        {
-            Ok(bytes) => (bytes, key),
-            Err(e) => {
-                let (reason, transient) = match &e {
-                    FetchError::Unreachable(_) => ("SourceUnreachable", true),
-                    FetchError::Missing(_) => ("SourceMissing", false),
-                    FetchError::Unauthorized(_) => ("SourceUnauthorized", false),
-                    FetchError::Untrusted(_) => ("SourceUntrusted", false),
-                    FetchError::DigestMismatch(_) => ("DigestMismatch", false),
-                    FetchError::TooLarge(_) => ("LimitsExceeded", false),
-                };
-                return failed(key, reason, e.to_string(), transient);
-            }
-        }
-    } else {
-        // The CRD's CEL rule makes this unreachable on a real apiserver.
-        return failed(
-            key_for("none".into()),
-            "SourceMissing",
-            "spec.source names no source".into(),
-            false,
+        policies.record_evaluation(&a, Some("p"), &version, trap);
+        assert_eq!(named(triggers.next().now_or_never()), Some("p".into()));
+        policies.record_evaluation(&a, Some("p"), &version, trap);
+        assert_eq!(
+            named(triggers.next().now_or_never()),
+            None,
+            "the same failure"
         );
-    };
-
-    if let Some(same) = running(&key) {
-        return same;
-    }
-    let got = format!("sha256:{}", digest(&bytes));
-    if got != pinned {
-        return failed(
-            key.clone(),
-            "DigestMismatch",
-            format!(
-                "the component from {} is {got}, but spec.digest pins {pinned}; it was not run",
-                key.source
-            ),
-            false,
+        assert_eq!(
+            policies
+                .catalog
+                .failing_evaluations("p", &version.digest)
+                .iter()
+                .map(|f| f.cluster.as_str())
+                .collect::<Vec<_>>(),
+            [cluster_key(&a)]
         );
-    }
-    // One compile at a time: a Python or JavaScript component peaks at
-    // ~500 MB while it compiles. Never on an async worker either.
-    let _one = pctx.compiling.lock().await;
-    let loaded = {
-        let engine = engine.clone();
-        let limits = limits.clone();
-        tokio::task::spawn_blocking(move || engine.load_with(&bytes, &limits)).await
-    };
-    match loaded {
-        Ok(Ok(policy)) => Entry::Running { key, policy },
-        Ok(Err(e)) => failed(key, "InvalidComponent", e.to_string(), false),
-        Err(join) => failed(
-            key,
-            "InvalidComponent",
-            format!("loading the component failed: {join}"),
-            true,
-        ),
-    }
-}
 
-fn next_status(
-    policy: &EtcdStatusPolicy,
-    entry: &Entry,
-    clusters: i32,
-    now: jiff::Timestamp,
-) -> EtcdStatusPolicyStatus {
-    let generation = policy.metadata.generation.unwrap_or_default();
-    let prev = policy.status.clone().unwrap_or_default();
-    let (desired, running) = match entry {
-        Entry::Running { policy: loaded, .. } => (
-            vec![
-                Condition::new(
-                    READY,
-                    ConditionStatus::True,
-                    "Loaded",
-                    format!(
-                        "{} {} (sha256:{}) is loaded and runs for the clusters that select it",
-                        loaded.info.name, loaded.info.version, loaded.digest
-                    ),
-                ),
-                Condition::new(STALLED, ConditionStatus::False, "Loaded", ""),
-            ],
-            Some(loaded),
-        ),
-        Entry::Failed { failure, .. } => {
-            let message = format!("{}; no version of this policy runs", failure.message);
-            (
-                vec![
-                    Condition::new(
-                        READY,
-                        ConditionStatus::False,
-                        failure.reason,
-                        message.clone(),
-                    ),
-                    // A registry that does not answer is retried; anything
-                    // else waits for a human to change the spec or source.
-                    if failure.transient {
-                        Condition::new(STALLED, ConditionStatus::False, failure.reason, "retrying")
-                    } else {
-                        Condition::new(STALLED, ConditionStatus::True, failure.reason, message)
-                    },
-                ],
-                None,
-            )
-        }
-    };
-    EtcdStatusPolicyStatus {
-        observed_generation: Some(generation),
-        digest: running.map(|p| format!("sha256:{}", p.digest)),
-        policy: running.map(|p| DescribedPolicy {
-            name: p.info.name.clone(),
-            version: p.info.version.clone(),
-            condition_types: p.info.condition_types.clone(),
-            settings_schema: p.info.settings_schema.clone(),
-        }),
-        limits: running.map(|p| {
-            let l = p.limits();
-            EffectiveLimits {
-                deadline_milliseconds: l.deadline.as_millis() as i64,
-                memory_bytes: l.memory_bytes as i64,
-                component_bytes: l.component_bytes as i64,
-                instances: l.instances.into(),
-            }
-        }),
-        clusters,
-        conditions: conditions::merge(&prev.conditions, &desired, generation, now),
-    }
-}
-
-/// A Warning Event on the policy naming why it does not run.
-async fn publish(ctx: &Context, policy: &EtcdStatusPolicy, failure: &LoadFailure) {
-    let event = KubeEvent {
-        type_: KubeEventType::Warning,
-        reason: failure.reason.into(),
-        note: Some(crate::text::truncate(
-            &failure.message,
-            conditions::MAX_MESSAGE_BYTES,
-        )),
-        action: "LoadPolicy".into(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
-        tracing::debug!(error = %err, "publishing an event failed");
+        // It moves to policy q and answers there: p is named (it lost a
+        // failing cluster), q is not (nothing failed there).
+        policies.record_evaluation(&a, Some("q"), &version, EvaluationOutcome::Answered);
+        assert_eq!(named(triggers.next().now_or_never()), Some("p".into()));
+        assert_eq!(named(triggers.next().now_or_never()), None);
     }
 }

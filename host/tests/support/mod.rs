@@ -381,11 +381,55 @@ impl Env {
     }
 
     pub async fn shutdown(mut self) {
+        self.assert_the_default_policy_never_failed().await;
         if let Some((tx, task)) = self.operator.take() {
             let _ = tx.send(());
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
         self.plane.shutdown().await;
+    }
+}
+
+impl Env {
+    /// The embedded default policy must never contradict the host: any
+    /// PolicyFailed Event on a cluster that runs it fails the test that
+    /// caused it (a cluster a test switched to a broken policy runs that
+    /// one, and is not checked).
+    async fn assert_the_default_policy_never_failed(&self) {
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::all(self.client.clone());
+        let Ok(list) = events.list(&Default::default()).await else {
+            return;
+        };
+        for e in list.items {
+            let Some(regarding) = e.regarding.as_ref() else {
+                continue;
+            };
+            if e.reason.as_deref() != Some("PolicyFailed")
+                || regarding.kind.as_deref() != Some("EtcdCluster")
+            {
+                continue;
+            }
+            let ns = regarding.namespace.clone().unwrap_or_default();
+            let name = regarding.name.clone().unwrap_or_default();
+            let Ok(Some(cluster)) = kube::Api::<EtcdCluster>::namespaced(self.client.clone(), &ns)
+                .get_opt(&name)
+                .await
+            else {
+                continue;
+            };
+            let runs_default = cluster.spec.status_policy.is_none()
+                && cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.policy.as_ref())
+                    .is_some_and(|p| p.name == "steward-default-policy");
+            assert!(
+                !runs_default,
+                "the default policy's verdict was rejected on {ns}/{name}: {:?}",
+                e.note
+            );
+        }
     }
 }
 

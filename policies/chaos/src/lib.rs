@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use steward_policy_sdk::guest::Policy;
 use steward_policy_sdk::{
-    Condition, ConditionStatus, Observation, PolicyInfo, ProbeOutcome, Probing, QuorumReadOutcome,
-    Verdict,
+    Condition, ConditionStatus, Observation, PolicyInfo, ProbeOutcome, Probing, Verdict,
 };
 
 /// Evaluations this instance has served. The host gives every evaluation a
@@ -43,7 +42,7 @@ const FAULTS: &[&str] = &[
     "sleep",
     "stdout-flood",
     "count",
-    "claim-verified",
+    "always-available",
 ];
 
 pub struct Chaos;
@@ -186,15 +185,15 @@ impl Policy for Chaos {
                 }
                 healthy(&observation)
             }
-            // Says all is well and etcd verified it, whatever the probe saw:
-            // the host must reject the verdict when etcd confirmed no quorum.
-            "claim-verified" => Verdict {
-                verified: true,
+            // Says Available=True whatever the probe saw (a third party's
+            // careless policy): the host must reject the verdict whenever
+            // its own facts show no quorum now, or it reached no member.
+            "always-available" => Verdict {
                 ready_members: observation.members.len() as u32,
                 ..verdict(
                     &observation,
                     ConditionStatus::True,
-                    "chaos: claims a verified quorum".to_owned(),
+                    "chaos: says the cluster is available, whatever the probe saw".to_owned(),
                 )
             },
             "count" => verdict(
@@ -243,12 +242,9 @@ impl Settings {
     }
 }
 
-/// The well-behaved policy: available exactly when a quorum read went through.
+/// The well-behaved policy: available exactly when the host verified a quorum.
 fn healthy(observation: &Observation) -> Verdict {
-    let quorum = matches!(
-        &observation.probing,
-        Probing::Attempted(report) if matches!(report.quorum_read, QuorumReadOutcome::Succeeded)
-    );
+    let quorum = observation.quorum.is_verified();
     let (status, message) = if quorum {
         (ConditionStatus::True, "a quorum read succeeded")
     } else {
@@ -273,7 +269,7 @@ fn verdict(observation: &Observation, available: ConditionStatus, message: Strin
             condition("Degraded", ConditionStatus::False, "Chaos", ""),
         ],
         ready_members: ready,
-        verified: available == ConditionStatus::True,
+        decline_verification: None,
         requeue_after_ms: None,
         events: Vec::new(),
     }

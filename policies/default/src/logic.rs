@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 use steward_policy_sdk::{
     AlarmKind, Condition, ConditionStatus, EndpointStatus, Event, EventType, HostPhase,
     MemberListOutcome, MemberRole, Observation, PodPhase, PolicyInfo, ProbeError, ProbeErrorKind,
-    ProbeOutcome, ProbeReport, Probing, QuorumReadOutcome, Verdict, quorum,
+    ProbeOutcome, ProbeReport, Probing, QuorumFinding, QuorumReadOutcome, UnverifiedKind, Verdict,
+    quorum,
 };
 
 use crate::settings::{SCHEMA, Settings};
@@ -75,7 +76,8 @@ fn paused(obs: &Observation) -> Verdict {
             Probing::Attempted(report) => ready_members(obs, report),
             Probing::Skipped(_) => 0,
         },
-        verified: false,
+        // A dormant cluster serves nothing, whatever a member still says.
+        decline_verification: Some(message.to_owned()),
         requeue_after_ms: None,
         events: Vec::new(),
     }
@@ -185,77 +187,94 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
     let voters = Voters::of(obs, report);
     let needed = quorum(voters.basis);
     let answering = answering_voters(report, &voters);
-    let leader = agreed_leader(&answering, &voters);
-    let leader_quorum = leader.is_some_and(|(_, votes)| votes >= needed);
-    // A linearizable read proves a quorum of etcd's own membership; it only
-    // proves the spec's quorum when that membership is large enough to hold it.
-    let read_quorum =
-        matches!(report.quorum_read, QuorumReadOutcome::Succeeded) && voters.known >= needed;
-    let verified = leader_quorum || read_quorum;
-    let any_answered = answered(report).next().is_some();
+    // Whether etcd proved a quorum is the host's finding, not this policy's.
+    // It proves a quorum of etcd's own membership; outside growth, a
+    // membership smaller than the spec is itself a fault (members lost, or
+    // one re-created as a fresh one-node cluster), so that is declined.
+    let short = (voters.known < needed).then(|| {
+        format!(
+            "etcd has {} voting member{} but spec.replicas is {}",
+            voters.known,
+            plural(voters.known),
+            obs.spec.desired_replicas
+        )
+    });
+    let decline = match &obs.quorum {
+        QuorumFinding::Verified(_) => short.clone(),
+        QuorumFinding::Unverified(_) => None,
+    };
+    let verified = obs.quorum.is_verified() && decline.is_none();
 
     let mut message = String::with_capacity(160);
-    let available = if verified {
-        let _ = write!(
-            message,
-            "{} of {} voting members answered",
-            answering.len(),
-            voters.basis
-        );
-        match leader {
-            Some((id, votes)) if leader_quorum => {
-                let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
-            }
-            _ => message.push_str("; a linearizable read succeeded"),
-        }
-        Condition::new(AVAILABLE, ConditionStatus::True, "QuorumHealthy", message)
-    } else if !any_answered {
-        message.push_str("no endpoint answered: ");
-        summarise_failures(&mut message, report);
-        Condition::new(
-            AVAILABLE,
-            ConditionStatus::False,
-            "ClusterUnreachable",
-            message,
-        )
-    } else {
-        let _ = write!(
-            message,
-            "{} of {} voting members answered, quorum needs {needed}",
-            answering.len(),
-            voters.basis
-        );
-        match leader {
-            None => message.push_str("; none knows a leader"),
-            Some((id, votes)) => {
-                let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
-            }
-        }
-        if voters.known < voters.basis {
+    let available = match &obs.quorum {
+        QuorumFinding::Verified(q) if verified => {
             let _ = write!(
                 message,
-                "; etcd has {} voting member{} but spec.replicas is {}",
-                voters.known,
-                plural(voters.known),
-                obs.spec.desired_replicas
+                "a linearizable read succeeded; {} of {} voting members answered",
+                answering.len(),
+                voters.basis
             );
+            if let Some(leader) = q.leader {
+                let votes = q.agreeing.len();
+                let _ = write!(message, "; {votes} {} on leader {leader:x}", agree(votes));
+            }
+            Condition::new(AVAILABLE, ConditionStatus::True, "QuorumHealthy", message)
         }
-        if report
-            .endpoints
-            .iter()
-            .any(|p| matches!(p.outcome, ProbeOutcome::Failed(_)))
-        {
-            message.push_str("; not answering: ");
+        QuorumFinding::Unverified(u) if u.kind == UnverifiedKind::Unreachable => {
+            message.push_str("no endpoint answered: ");
             summarise_failures(&mut message, report);
+            Condition::new(
+                AVAILABLE,
+                ConditionStatus::False,
+                "ClusterUnreachable",
+                message,
+            )
         }
-        Condition::new(AVAILABLE, ConditionStatus::False, "QuorumLost", message)
+        finding => {
+            let _ = write!(
+                message,
+                "{} of {} voting members answered, quorum needs {needed}",
+                answering.len(),
+                voters.basis
+            );
+            match agreed_leader(&answering, &voters) {
+                None => message.push_str("; none knows a leader"),
+                Some((id, votes)) => {
+                    let _ = write!(message, "; {votes} {} on leader {id:x}", agree(votes));
+                }
+            }
+            if let Some(short) = &short {
+                let _ = write!(message, "; {short}");
+            }
+            if let QuorumFinding::Unverified(u) = finding {
+                match &report.quorum_read {
+                    QuorumReadOutcome::Failed(e) => {
+                        message.push_str("; the linearizable read failed: ");
+                        push_limited(&mut message, &e.message, ERROR_EXCERPT);
+                    }
+                    _ => {
+                        message.push_str("; ");
+                        push_limited(&mut message, &u.message, ERROR_EXCERPT);
+                    }
+                }
+            }
+            if report
+                .endpoints
+                .iter()
+                .any(|p| matches!(p.outcome, ProbeOutcome::Failed(_)))
+            {
+                message.push_str("; not answering: ");
+                summarise_failures(&mut message, report);
+            }
+            Condition::new(AVAILABLE, ConditionStatus::False, "QuorumLost", message)
+        }
     };
 
     let degraded = degraded(obs, Some(report), &voters, settings, &available);
     Verdict {
         conditions: vec![available, degraded],
         ready_members: ready_members(obs, report),
-        verified,
+        decline_verification: decline,
         requeue_after_ms: requeue_hint(verified, settings),
         events: Vec::new(),
     }
@@ -354,7 +373,7 @@ fn skipped(obs: &Observation, why: &str, settings: &Settings) -> Verdict {
     Verdict {
         conditions: vec![available, degraded],
         ready_members: 0,
-        verified: false,
+        decline_verification: None,
         requeue_after_ms: requeue_hint(false, settings),
         events: Vec::new(),
     }

@@ -19,6 +19,25 @@ fn here(rel: &str) -> PathBuf {
 /// expectation must not fail these either.
 fn contract_violations(obs: &Observation, verdict: &Verdict) -> Vec<String> {
     let mut out = Vec::new();
+    // The host rejects Available=True unless it verified a quorum, or did
+    // not probe at all after verifying one once: the default policy must
+    // never be rejected.
+    let available = verdict
+        .condition("Available")
+        .is_some_and(|c| c.status == steward_policy_sdk::ConditionStatus::True);
+    let may_say_available = match obs.quorum.unverified() {
+        None => true,
+        Some(u) => {
+            u.kind == steward_policy_sdk::UnverifiedKind::NotProbed
+                && obs.history.last_verified.is_some()
+        }
+    };
+    if available && !may_say_available {
+        out.push(format!(
+            "Available=True while the host's finding is {}",
+            obs.quorum.summary()
+        ));
+    }
     for required in ["Available", "Degraded"] {
         if verdict.condition(required).is_none() {
             out.push(format!("no {required} condition"));
@@ -73,7 +92,7 @@ fn every_yaml_case_passes_against_the_native_logic() {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            if let Outcome::Evaluated(verdict) = &outcome {
+            if let Outcome::Evaluated { verdict, .. } = &outcome {
                 problems.extend(contract_violations(&obs, verdict));
             }
             if !problems.is_empty() {
@@ -150,7 +169,7 @@ fn the_five_member_benchmark_fixture_is_a_healthy_cluster() {
         ConditionStatus::False
     );
     assert_eq!(verdict.ready_members, 5);
-    assert!(verdict.verified);
+    assert!(obs.quorum.is_verified() && verdict.decline_verification.is_none());
     assert!(verdict.events.is_empty(), "{:?}", verdict.events);
 }
 

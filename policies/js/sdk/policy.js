@@ -1,7 +1,7 @@
 // The etcd-steward status-policy SDK for JavaScript.
 //
 // A policy is an ES module exporting `policy`, the object componentize-js
-// binds to the WIT interface `steward:status/policy@0.1.0` (see wit/):
+// binds to the WIT interface `steward:status/policy@0.2.0` (see wit/):
 //
 //   import { definePolicy, condition } from './sdk/policy.js';
 //   export const policy = definePolicy({ name, version, settings, evaluate });
@@ -11,6 +11,12 @@
 // WIT (types in wit.d.ts): records are objects with camelCase fields, enums
 // are kebab-case strings ('scaling-up'), variants are {tag, val}, an absent
 // option is undefined, and u64/s64 (member IDs, sizes, timestamps) are BigInt.
+// One field differs: evaluate gets `observation.quorum`, the host's finding,
+// read by readQuorum (`quorum.verified`, `.leader`, `.unverified`, ...).
+//
+// Verification is the host's: a verdict cannot claim it, only decline it
+// (`declineVerification: 'reason'`), and the host rejects Available=True while
+// its finding shows no quorum or no member answered.
 //
 // The policy runs with no clock, files, network or stdio: nothing here may
 // use Date, Math.random, console or timers. The only time is observation.now.
@@ -104,41 +110,61 @@ export function votingMembers(observation) {
 }
 
 /**
- * Whether etcd confirmed a quorum the way the host checks it before it
- * accepts `verified: true` (host/src/facts/quorum.rs): etcd listed its
- * members, the linearizable quorum read succeeded, and a quorum of the listed
- * voters answered Status naming the first non-zero leader any answer names.
- * A verdict claiming more is thrown away by the host, so claim exactly this.
+ * The host's finding (the WIT variant `observation.quorum`), read for a
+ * policy. It is the one definition of a verified quorum: a linearizable read
+ * went through raft, and the leader is the one the most answering voters name.
+ * A policy takes it as it is and derives no verification of its own.
  *
- * Returns {confirmed: true, leader, voters, agreeing} or {confirmed: false, why}.
+ *   verified    true when the host verified a quorum in this observation
+ *   leader      the leader (BigInt) most answering voters name; undefined
+ *               when unverified or when no answer names one
+ *   voters      the voters' IDs from etcd's member list (BigInt[]; [] when
+ *               unverified or the list could not be read)
+ *   agreeing    the answering voters that name `leader` (BigInt[])
+ *   unverified  {kind: 'not-probed' | 'unreachable' | 'no-quorum', message}
+ *               when nothing was verified, else undefined
+ *
+ * `tag` and `val` stay as the WIT has them. definePolicy hands evaluate the
+ * observation with its quorum read this way; a finding already read is
+ * returned as it is.
  */
-export function quorumConfirmed(observation) {
-  const report = probeReport(observation);
-  if (!report) return { confirmed: false, why: `etcd was not probed: ${observation.probing.val}` };
-  if (report.memberList.tag !== 'listed') {
-    return { confirmed: false, why: "etcd's member list could not be read" };
-  }
-  if (report.quorumRead.tag !== 'succeeded') {
+export function readQuorum(finding) {
+  if (finding != null && typeof finding.verified === 'boolean') return finding;
+  if (finding?.tag === 'verified') {
+    const q = finding.val;
     return {
-      confirmed: false,
-      why:
-        report.quorumRead.tag === 'failed'
-          ? `the quorum read failed: ${report.quorumRead.val.message}`
-          : 'no quorum read was made',
+      tag: finding.tag,
+      val: q,
+      verified: true,
+      leader: q.leader ?? undefined,
+      voters: Array.from(q.voters ?? []),
+      agreeing: Array.from(q.agreeing ?? []),
+      unverified: undefined,
     };
   }
-  const voters = report.memberList.val.filter((m) => !m.isLearner).map((m) => m.id);
-  const statuses = answered(observation).map((a) => a.status);
-  const leader = statuses.map((s) => s.leaderId).find((l) => l !== 0n);
-  if (leader === undefined) return { confirmed: false, why: 'no member reports a leader' };
-  const agreeing = statuses.filter((s) => s.leaderId === leader && voters.includes(s.memberId)).length;
-  if (voters.length === 0 || agreeing < quorum(voters.length)) {
+  if (finding?.tag === 'unverified') {
     return {
-      confirmed: false,
-      why: `only ${agreeing} of ${voters.length} voters answer with leader ${hex(leader)}`,
+      tag: finding.tag,
+      val: finding.val,
+      verified: false,
+      leader: undefined,
+      voters: [],
+      agreeing: [],
+      unverified: finding.val,
     };
   }
-  return { confirmed: true, leader, voters: voters.length, agreeing };
+  throw new TypeError(
+    `observation.quorum is not the host's finding (steward:status@0.2.0): ${String(finding?.tag ?? finding)}`,
+  );
+}
+
+/**
+ * The observation as evaluate receives it: the WIT record with `quorum`
+ * read by readQuorum. For unit tests that call a policy's own evaluate
+ * with an observation written in the WIT's shape.
+ */
+export function readObservation(observation) {
+  return { ...observation, quorum: readQuorum(observation.quorum) };
 }
 
 // ------------------------------------------------------ conditions and events
@@ -209,6 +235,16 @@ export function reject(message) {
  * Returns the defaults overlaid with the given values; rejects unknown
  * fields, wrong types and values out of range, naming the field. One map
  * serves both this check and describe()'s schema, so they cannot disagree.
+ *
+ * The Python SDK words every one of these errors the same way (the table
+ * both SDKs' tests check: etcd-steward's policies/js/scripts/settings-errors.json):
+ *   invalid settings: not JSON: <the parser's message>
+ *   invalid settings: expected a JSON object, got an array
+ *   invalid settings: unknown field "x"; known fields: a, b
+ *   invalid settings: unknown field "x"; this policy takes no settings
+ *   invalid settings: a must be an integer at least 0 and at most 9, got "2"
+ * Unknown fields are reported first (by name), then the declared fields in
+ * their order.
  */
 export function parseSettings(json, properties = {}) {
   let value;
@@ -220,17 +256,22 @@ export function parseSettings(json, properties = {}) {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     reject(`invalid settings: expected a JSON object, got ${kindOf(value)}`);
   }
-  const settings = {};
-  for (const [key, schema] of Object.entries(properties)) settings[key] = schema.default;
-  for (const [key, v] of Object.entries(value)) {
-    const schema = Object.hasOwn(properties, key) ? properties[key] : undefined;
-    if (!schema) {
-      const known = Object.keys(properties);
+  const known = Object.keys(properties);
+  for (const key of Object.keys(value).sort()) {
+    if (!Object.hasOwn(properties, key)) {
       reject(
-        `invalid settings: unknown field "${key}"` +
+        `invalid settings: unknown field ${JSON.stringify(key)}` +
           (known.length ? `; known fields: ${known.join(', ')}` : '; this policy takes no settings'),
       );
     }
+  }
+  const settings = {};
+  for (const [key, schema] of Object.entries(properties)) {
+    if (!Object.hasOwn(value, key)) {
+      settings[key] = schema.default;
+      continue;
+    }
+    const v = value[key];
     const problem = checkValue(v, schema);
     if (problem) reject(`invalid settings: ${key} must be ${problem}, got ${show(v)}`);
     settings[key] = v;
@@ -294,7 +335,10 @@ function show(v) {
  *   settings            field name -> JSON Schema, see parseSettings
  *   check(settings)     optional cross-field check; call reject(message)
  *   evaluate(observation, settings) -> {conditions, readyMembers?,
- *                       verified?, requeueAfterMs?, events?}
+ *                       declineVerification?, requeueAfterMs?, events?}
+ *                       observation.quorum is the host's finding, read by
+ *                       readQuorum; declineVerification (a reason) declines
+ *                       it, and left out accepts it.
  */
 export function definePolicy({
   name,
@@ -338,17 +382,20 @@ export function definePolicy({
       }
       let verdict;
       try {
-        verdict = complete(evaluate(observation, settings));
+        verdict = complete(evaluate(readObservation(observation), settings));
       } catch (e) {
         // With stdio disabled an uncaught exception would be a bare wasm
         // trap; the host would still fall back, but nobody would see the
-        // JS error. This verdict claims nothing and carries the error text.
+        // JS error. This verdict claims nothing (it declines the host's
+        // finding, as the host's own fallback does not verify) and carries
+        // the error text.
         const message = `the policy's evaluate threw: ${errorText(e)}`;
         verdict = complete({
           conditions: [
             condition(AVAILABLE, null, 'PolicyError', message),
             condition(DEGRADED, null, 'PolicyError', message),
           ],
+          declineVerification: clip(message),
           events: [warning('PolicyError', message)],
         });
       }
@@ -358,12 +405,27 @@ export function definePolicy({
   };
 }
 
-/** Fills the verdict fields a policy may leave out with "claims nothing". */
+/**
+ * Fills the verdict fields a policy may leave out: nothing ready, the host's
+ * finding accepted, no requeue hint, no events. Throws (so the policy's error
+ * becomes a PolicyError verdict) on a verdict in 0.1.0's shape, whose
+ * `verified` would otherwise be dropped without a word.
+ */
 function complete(v) {
+  if (Object.hasOwn(v, 'verified')) {
+    throw new TypeError(
+      "a verdict has no 'verified' since steward:status@0.2.0: verification is the host's " +
+        "(observation.quorum); return declineVerification: 'a reason' to decline it",
+    );
+  }
+  const decline = v.declineVerification ?? undefined;
+  if (decline !== undefined && typeof decline !== 'string') {
+    throw new TypeError(`declineVerification must be a string (the reason) or undefined, got ${kindOf(decline)}`);
+  }
   return {
     conditions: v.conditions ?? [],
     readyMembers: v.readyMembers ?? 0,
-    verified: v.verified ?? false,
+    declineVerification: decline,
     requeueAfterMs: v.requeueAfterMs ?? undefined,
     events: [...(v.events ?? [])],
   };

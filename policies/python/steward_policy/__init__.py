@@ -1,8 +1,9 @@
 """Write etcd-steward status policies in Python.
 
 A status policy is a pure function from an observation of one EtcdCluster to
-a verdict (see ``wit/status-policy.wit``, the whole contract). This package
-lets an author write only that function:
+a verdict (see ``wit/status-policy.wit``, the whole contract,
+``steward:status@0.2.0``). This package lets an author write only that
+function:
 
     import steward_policy as sp
 
@@ -11,7 +12,8 @@ lets an author write only that function:
         settings = sp.Settings(sp.Setting("maxVotersDown", 1, minimum=0))
 
         def evaluate(self, obs: sp.Observation, settings: dict) -> sp.Verdict:
-            ...
+            if obs.quorum.verified:       # the host's finding, taken as it is
+                ...
 
     Policy = sp.export(Mine)      # the class componentize-py looks for
 
@@ -27,12 +29,19 @@ imports one module. Variant cases are separate classes named
     match obs.probing:
         case sp.Probing_Attempted(report): ...
         case sp.Probing_Skipped(why): ...
+
+One class is this package's own: ``Observation`` is the WIT record field for
+field, except ``quorum``, the host's finding as a ``Quorum``
+(``obs.quorum.verified``, ``.leader``, ``.voters``, ``.agreeing``,
+``.unverified``). The finding is the one definition of a verified quorum; a
+verdict cannot claim verification, only decline it
+(``verdict(..., decline_verification="why")``).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
@@ -58,7 +67,6 @@ from wit_world.imports.types import (
     MemberListOutcome_Listed,
     MemberListOutcome_NotAttempted,
     MemberRole,
-    Observation,
     PodPhase,
     PolicyInfo,
     PreviousCondition,
@@ -75,9 +83,16 @@ from wit_world.imports.types import (
     QuorumReadOutcome_Failed,
     QuorumReadOutcome_NotAttempted,
     QuorumReadOutcome_Succeeded,
+    QuorumFinding,
+    QuorumFinding_Unverified,
+    QuorumFinding_Verified,
     Termination,
+    UnverifiedKind,
+    UnverifiedQuorum,
     Verdict,
+    VerifiedQuorum,
 )
+from wit_world.imports.types import Observation as WitObservation
 
 __all__ = [
     # WIT types
@@ -99,7 +114,6 @@ __all__ = [
     "MemberListOutcome_Listed",
     "MemberListOutcome_NotAttempted",
     "MemberRole",
-    "Observation",
     "PodPhase",
     "PolicyInfo",
     "PreviousCondition",
@@ -116,12 +130,21 @@ __all__ = [
     "QuorumReadOutcome_Failed",
     "QuorumReadOutcome_NotAttempted",
     "QuorumReadOutcome_Succeeded",
+    "QuorumFinding",
+    "QuorumFinding_Unverified",
+    "QuorumFinding_Verified",
     "Termination",
+    "UnverifiedKind",
+    "UnverifiedQuorum",
     "Verdict",
+    "VerifiedQuorum",
+    "WitObservation",
     # this module
     "AVAILABLE",
     "DEGRADED",
     "MAX_MESSAGE_BYTES",
+    "Observation",
+    "Quorum",
     "Voter",
     "Setting",
     "Settings",
@@ -136,28 +159,108 @@ __all__ = [
     "failed",
     "hex_id",
     "is_paused",
-    "leader_agreement",
     "listed_members",
     "name_list",
     "normal",
     "parse_settings",
     "probe_report",
     "quorum",
-    "quorum_read_succeeded",
     "reject",
     "verdict",
     "voting_members",
     "warning",
 ]
 
-#: The SDK's version; it targets the WIT package steward:status@0.1.0.
-__version__ = "0.1.0"
+#: The SDK's version; it targets the WIT package steward:status@0.2.0.
+__version__ = "0.2.0"
 
 AVAILABLE = "Available"
 DEGRADED = "Degraded"
 #: The host rejects a verdict with a longer condition or event message (and
 #: writes its fallback instead), so the constructors here cut messages to it.
 MAX_MESSAGE_BYTES = 1024
+
+# --------------------------------------------------------------------------
+# The observation, with the host's finding
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """The host's finding on one observation (``obs.quorum``): the one
+    definition of a verified quorum. A linearizable read went through raft
+    (etcd's own proof that a quorum exists), and the leader is the one the
+    most answering voters name. A policy takes it as it is and derives no
+    verification of its own; the host rejects a verdict that says Available
+    True while the finding shows no quorum or no member answered (docs/api.md,
+    "Verified").
+
+    ``finding`` is the WIT variant as the host sent it, for ``match``::
+
+        match obs.quorum.finding:
+            case sp.QuorumFinding_Verified(q): ...
+            case sp.QuorumFinding_Unverified(u): ...
+    """
+
+    finding: QuorumFinding
+
+    @property
+    def verified(self) -> bool:
+        """The host verified a quorum in this observation."""
+        return isinstance(self.finding, QuorumFinding_Verified)
+
+    @property
+    def leader(self) -> int | None:
+        """The leader the most answering voters name (the lowest ID on a tie);
+        None when nothing was verified or no answer names one."""
+        f = self.finding
+        return f.value.leader if isinstance(f, QuorumFinding_Verified) else None
+
+    @property
+    def voters(self) -> list[int]:
+        """The voters' IDs from etcd's member list; empty when nothing was
+        verified or the list could not be read."""
+        f = self.finding
+        return list(f.value.voters) if isinstance(f, QuorumFinding_Verified) else []
+
+    @property
+    def agreeing(self) -> list[int]:
+        """The answering voters that name ``leader``; empty when nothing was verified."""
+        f = self.finding
+        return list(f.value.agreeing) if isinstance(f, QuorumFinding_Verified) else []
+
+    @property
+    def unverified(self) -> UnverifiedQuorum | None:
+        """Why nothing was verified (``.kind``: ``UnverifiedKind.NOT_PROBED``,
+        ``UNREACHABLE`` or ``NO_QUORUM``; ``.message``: a sentence a person can
+        act on); None when a quorum was verified."""
+        f = self.finding
+        return f.value if isinstance(f, QuorumFinding_Unverified) else None
+
+
+@dataclass
+class Observation:
+    """What the host saw of one cluster: the policy's whole input. The WIT
+    record ``observation`` field for field, except ``quorum``: the host's
+    finding as a :class:`Quorum`. ``Observation.from_wit`` makes one from the
+    record (the export does, before ``evaluate``)."""
+
+    cluster: ClusterRef
+    spec: ClusterSpec
+    phase: HostPhase
+    members: list[Member]
+    probing: Probing
+    quorum: Quorum
+    history: History
+    now: int
+    settings: str
+
+    @classmethod
+    def from_wit(cls, o: WitObservation) -> Observation:
+        return cls(
+            o.cluster, o.spec, o.phase, o.members, o.probing, Quorum(o.quorum), o.history, o.now, o.settings
+        )
+
 
 # --------------------------------------------------------------------------
 # Reading the observation
@@ -217,12 +320,6 @@ def listed_members(obs: Observation) -> list[EtcdMember] | None:
     return None
 
 
-def quorum_read_succeeded(obs: Observation) -> bool:
-    """A linearizable read went through raft, which only a quorum allows."""
-    report = probe_report(obs)
-    return report is not None and isinstance(report.quorum_read, QuorumReadOutcome_Succeeded)
-
-
 @dataclass(frozen=True)
 class Voter:
     """A member that counts toward raft quorum.
@@ -249,6 +346,8 @@ def voting_members(obs: Observation) -> list[Voter]:
     etcd's MemberList is the truth when it was obtained: its non-learners,
     matched to EtcdMembers by member ID, then by name. Otherwise the
     EtcdMembers whose role is voter. Learners never count toward quorum.
+    This describes who answered; whether a quorum exists is ``obs.quorum``'s
+    to say.
     """
     answers = answered(obs)
     by_id = {s.member_id: s for s in answers.values()}
@@ -272,20 +371,6 @@ def voting_members(obs: Observation) -> list[Voter]:
             status = answers.get(member.name)
         voters.append(Voter(name, em.id, member, status))
     return voters
-
-
-def leader_agreement(statuses: Iterable[EndpointStatus | None]) -> tuple[int, int]:
-    """The non-zero leader ID most of these statuses name, and how many do.
-
-    ``(0, 0)`` when none knows a leader. A quorum of voters naming one leader
-    is etcd confirming it has a working quorum.
-    """
-    votes = Counter(s.leader_id for s in statuses if s is not None and s.leader_id != 0)
-    if not votes:
-        return 0, 0
-    # Ties break on the smaller ID so the verdict is deterministic.
-    leader, count = min(votes.items(), key=lambda kv: (-kv[1], kv[0]))
-    return leader, count
 
 
 def hex_id(member_id: int) -> str:
@@ -361,16 +446,21 @@ def verdict(
     conditions: Iterable[Condition],
     *,
     ready_members: int = 0,
-    verified: bool = False,
+    decline_verification: str | None = None,
     requeue_after_ms: int | None = None,
     events: Iterable[Event] = (),
 ) -> Verdict:
-    """A verdict with safe defaults: nothing ready, nothing verified.
+    """A verdict with safe defaults: nothing ready, the host's finding accepted.
 
-    ``verified`` may be True only when etcd itself confirmed a quorum in this
-    observation; the host rejects a false claim.
+    Verification is the host's (``obs.quorum``): the status shows the cluster
+    verified when the host verified a quorum, unless ``decline_verification``
+    gives a reason of the policy's own not to (a membership smaller than the
+    spec, say). A verdict cannot claim more than the host found. Say
+    Available True only when ``obs.quorum.verified``: the host rejects it
+    while the finding is unreachable or no-quorum (and, not probed, before
+    the cluster was ever verified).
     """
-    return Verdict(list(conditions), ready_members, verified, requeue_after_ms, list(events))
+    return Verdict(list(conditions), ready_members, decline_verification, requeue_after_ms, list(events))
 
 
 # --------------------------------------------------------------------------
@@ -396,7 +486,7 @@ def parse_settings(text: str) -> dict[str, Any]:
     except ValueError as e:
         raise SettingsError(f"invalid settings: not JSON: {e}") from None
     if not isinstance(value, dict):
-        raise SettingsError(f"invalid settings: expected a JSON object, got {_json_type(value)}")
+        raise SettingsError(f"invalid settings: expected a JSON object, got {_kind_of(value)}")
     return value
 
 
@@ -405,18 +495,31 @@ def _not_json(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not a JSON value")
 
 
-def _json_type(value: Any) -> str:
+def _kind_of(value: Any) -> str:
+    """A JSON value's kind, as the JavaScript SDK words it: "an array"."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "boolean"
+        return "a boolean"
     if isinstance(value, (int, float)):
-        return "number"
+        return "a number"
     if isinstance(value, str):
-        return "string"
+        return "a string"
     if isinstance(value, list):
-        return "array"
-    return "object"
+        return "an array"
+    return "an object"
+
+
+def _show(value: Any) -> str:
+    """A settings value in an error message, as the JavaScript SDK shows it:
+    scalars as JSON (``"2"``, ``true``, ``1.5``), arrays and objects by kind."""
+    if value is None or isinstance(value, (list, dict)):
+        return _kind_of(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return _num(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 _SCHEMA_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
@@ -447,11 +550,21 @@ class Setting:
             s["description"] = self.description
         return s
 
+    def expected(self) -> str:
+        """What a value must be: "an integer at least 0 and at most 3600"."""
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"at least {_num(self.minimum)}")
+        if self.maximum is not None:
+            bounds.append(f"at most {_num(self.maximum)}")
+        return " ".join([_A[self.kind], " and ".join(bounds)]) if bounds else _A[self.kind]
+
     def check(self, value: Any) -> Any:
         """The value, converted to the field's type, or SettingsError naming
-        the field, what it must be and what it got."""
+        the field, what it must be (type and range) and what it got, worded
+        as the JavaScript SDK words it."""
         kind = self.kind
-        got = json.dumps(value)
+        given = value
         if kind is bool:
             ok = isinstance(value, bool)
         elif kind is int:
@@ -461,21 +574,17 @@ class Setting:
             )
             value = int(value) if ok else value
         elif kind is float:
-            ok = not isinstance(value, bool) and isinstance(value, (int, float))
+            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
             value = float(value) if ok else value
         else:
             ok = isinstance(value, str)
-        if not ok:
+        if (
+            not ok
+            or (self.minimum is not None and value < self.minimum)
+            or (self.maximum is not None and value > self.maximum)
+        ):
             raise SettingsError(
-                f"invalid settings: {self.name} must be {_A[kind]}, got {got} ({_json_type(value)})"
-            )
-        if self.minimum is not None and value < self.minimum:
-            raise SettingsError(
-                f"invalid settings: {self.name} must be at least {_num(self.minimum)}, got {got}"
-            )
-        if self.maximum is not None and value > self.maximum:
-            raise SettingsError(
-                f"invalid settings: {self.name} must be at most {_num(self.maximum)}, got {got}"
+                f"invalid settings: {self.name} must be {self.expected()}, got {_show(given)}"
             )
         return value
 
@@ -484,7 +593,17 @@ _A = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
 def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
+    """A number as JavaScript prints it: 2 for 2.0, 1e-7 for 1e-07."""
+    if isinstance(x, int):
+        return str(x)
+    if x.is_integer() and abs(x) < 1e21:
+        return str(int(x))
+    text = repr(x)
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        return text
+    sign = "-" if exponent.startswith("-") else "+"
+    return f"{mantissa}e{sign}{exponent.lstrip('+-').lstrip('0') or '0'}"
 
 
 class Settings:
@@ -492,6 +611,17 @@ class Settings:
     ``validate-settings`` runs, from one declaration so they cannot disagree.
 
     Unknown fields are refused: a typo must not silently mean "default".
+    Every error is worded as the JavaScript SDK words it (the table both
+    SDKs' tests check: etcd-steward's policies/js/scripts/settings-errors.json):
+
+        invalid settings: not JSON: <the parser's message>
+        invalid settings: expected a JSON object, got an array
+        invalid settings: unknown field "x"; known fields: a, b
+        invalid settings: unknown field "x"; this policy takes no settings
+        invalid settings: a must be an integer at least 0 and at most 9, got "2"
+
+    Unknown fields are reported first (by name), then the declared fields in
+    their order.
     """
 
     def __init__(self, *fields: Setting) -> None:
@@ -514,13 +644,18 @@ class Settings:
         given = parse_settings(raw) if isinstance(raw, str) else dict(raw)
         for key in sorted(given):
             if key not in self.fields:
-                known = ", ".join(self.fields) or "none"
+                known = (
+                    f"known fields: {', '.join(self.fields)}"
+                    if self.fields
+                    else "this policy takes no settings"
+                )
                 raise SettingsError(
-                    f"invalid settings: unknown field {json.dumps(key)} (known fields: {known})"
+                    f"invalid settings: unknown field {json.dumps(key, ensure_ascii=False)}; {known}"
                 )
         values = self.defaults()
-        for key, value in given.items():
-            values[key] = self.fields[key].check(value)
+        for key, field in self.fields.items():
+            if key in given:
+                values[key] = field.check(given[key])
         return values
 
 
@@ -598,7 +733,7 @@ def export(policy: type[StatusPolicy]) -> type:
             except Exception as e:
                 raise Err(f"settings check failed: {_error_text(e)}") from None
 
-        def evaluate(self, observation: Observation) -> Verdict:
+        def evaluate(self, observation: WitObservation) -> Verdict:
             try:
                 values = impl.load_settings(observation.settings)
                 problem = None
@@ -609,20 +744,37 @@ def export(policy: type[StatusPolicy]) -> type:
                 problem = str(e) if isinstance(e, SettingsError) else _error_text(e)
                 values = impl.settings.defaults()
             try:
-                result = impl.evaluate(observation, values)
+                # The host's finding, as the host made it, read as a Quorum.
+                obs = (
+                    observation
+                    if isinstance(observation, Observation)
+                    else Observation.from_wit(observation)
+                )
+                result = impl.evaluate(obs, values)
                 if not isinstance(result, Verdict):
                     raise TypeError(f"{policy.__name__}.evaluate returned {type(result).__name__}, not a Verdict")
+                declined = result.decline_verification
+                if declined is not None and not isinstance(declined, str):
+                    # A 0.1.0-shaped Verdict(conditions, n, True, ...) lands here.
+                    raise TypeError(
+                        f"decline_verification must be a str (the reason) or None, got "
+                        f"{type(declined).__name__}: since steward:status@0.2.0 verification is "
+                        "the host's (obs.quorum), and a verdict can only decline it"
+                    )
             except Exception as e:
                 # Built with --stub-wasi, an uncaught exception is a bare wasm
                 # trap (printing the traceback itself traps): the host would
                 # still fall back, but nobody would see the Python error. This
-                # verdict claims nothing and names the error and its line.
+                # verdict claims nothing (it declines the host's finding, as
+                # the host's own fallback does not verify) and names the
+                # error and its line.
                 message = f"the policy's evaluate raised {_error_text(e)}"
                 result = verdict(
                     [
                         available(None, "PolicyError", message),
                         degraded(None, "PolicyError", message),
                     ],
+                    decline_verification=_cap(message),
                     events=[warning("PolicyError", message)],
                 )
             if problem is not None:

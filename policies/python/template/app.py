@@ -1,9 +1,14 @@
 """{{name}}: an etcd-steward status policy.
 
-Available while etcd confirms a quorum (a quorum of voting members agree on
-one leader, or a linearizable read succeeded); Degraded while a voting
-member does not answer or a Pod is not Ready. Change ``evaluate`` and the
-cases in tests/ together; README.md says how to build and test.
+Available while the host verified a quorum (``obs.quorum``: a linearizable
+read went through raft); Degraded while a voting member does not answer or a
+Pod is not Ready. Change ``evaluate`` and the cases in tests/ together;
+README.md says how to build and test.
+
+Whether etcd has a quorum is the host's finding, ``obs.quorum``, the one
+definition: say Available True only when ``obs.quorum.verified`` (the host
+rejects it otherwise). A verdict may decline the finding for a reason of its
+own (``sp.verdict(..., decline_verification="why")``), never claim more.
 """
 
 from __future__ import annotations
@@ -32,14 +37,15 @@ class ThisPolicy(sp.StatusPolicy):
 
         voters = sp.voting_members(obs)
         up = [v for v in voters if v.answered]
-        needed = sp.quorum(len(voters))
-        _, agreeing = sp.leader_agreement(v.status for v in up)
-        confirmed = (len(voters) > 0 and agreeing >= needed) or sp.quorum_read_succeeded(obs)
-        counts = f"{len(up)} of {len(voters)} voting members answer (quorum {needed})"
-        if confirmed:
-            available = sp.available(True, "QuorumConfirmed", counts)
+        counts = f"{len(up)} of {len(voters)} voting members answer (quorum {sp.quorum(len(voters))})"
+        # The host's finding, taken as it is: the one definition of a verified quorum.
+        unverified = obs.quorum.unverified
+        if unverified is None:
+            available = sp.available(True, "QuorumConfirmed", f"{counts}; a linearizable read went through")
+        elif unverified.kind == sp.UnverifiedKind.UNREACHABLE:
+            available = sp.available(False, "ClusterUnreachable", f"{counts}; {unverified.message}")
         else:
-            available = sp.available(False, "QuorumNotConfirmed", counts)
+            available = sp.available(False, "QuorumNotConfirmed", f"{counts}; {unverified.message}")
 
         down = [v.name for v in voters if not v.answered]
         not_ready = [m.name for m in obs.members if not m.pod_ready]
@@ -54,7 +60,7 @@ class ThisPolicy(sp.StatusPolicy):
 
         answers = sp.answered(obs)
         ready = sum(1 for m in obs.members if m.pod_ready and m.name in answers)
-        return sp.verdict([available, degraded], ready_members=ready, verified=confirmed)
+        return sp.verdict([available, degraded], ready_members=ready)
 
 
 # componentize-py calls the module-level class named Policy.

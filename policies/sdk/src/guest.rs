@@ -129,6 +129,25 @@ fn observation_from_wit(o: w::Observation) -> Observation {
             }),
             w::Probing::Skipped(why) => sdk::Probing::Skipped(why),
         },
+        // The host's finding, as the host made it: a policy built against
+        // another SDK version sees the same verdict on verification.
+        quorum: match o.quorum {
+            w::QuorumFinding::Verified(q) => sdk::QuorumFinding::Verified(sdk::VerifiedQuorum {
+                leader: q.leader,
+                voters: q.voters,
+                agreeing: q.agreeing,
+            }),
+            w::QuorumFinding::Unverified(u) => {
+                sdk::QuorumFinding::Unverified(sdk::UnverifiedQuorum {
+                    kind: match u.kind {
+                        w::UnverifiedKind::NotProbed => sdk::UnverifiedKind::NotProbed,
+                        w::UnverifiedKind::Unreachable => sdk::UnverifiedKind::Unreachable,
+                        w::UnverifiedKind::NoQuorum => sdk::UnverifiedKind::NoQuorum,
+                    },
+                    message: u.message,
+                })
+            }
+        },
         history: sdk::History {
             last_verified: o.history.last_verified,
             unverified_streak: o.history.unverified_streak,
@@ -256,7 +275,7 @@ fn verdict_to_wit(v: sdk::Verdict) -> w::Verdict {
             })
             .collect(),
         ready_members: v.ready_members,
-        verified: v.verified,
+        decline_verification: v.decline_verification,
         requeue_after_ms: v.requeue_after_ms,
         events: v
             .events

@@ -1,4 +1,4 @@
-//! Plain Rust types for the `steward:status@0.1.0` contract (`wit/status-policy.wit`).
+//! Plain Rust types for the `steward:status@0.2.0` contract (`wit/status-policy.wit`).
 //!
 //! They mirror the WIT records one to one, and carry the serde shape of
 //! observation and test-case YAML files: every field camelCase, every enum
@@ -13,12 +13,15 @@
 
 use serde::{Deserialize, Serialize};
 
+mod finding;
 #[cfg(feature = "guest")]
 pub mod guest;
 mod member_id;
 mod settings;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use finding::{QuorumFinding, UnverifiedKind, UnverifiedQuorum, VerifiedQuorum};
 
 /// Unix time in milliseconds. The host is the only clock.
 pub type TimestampMs = i64;
@@ -371,29 +374,95 @@ pub struct History {
     pub previous_conditions: Vec<PreviousCondition>,
 }
 
+/// What the host saw of one cluster: the policy's whole input.
+///
+/// `quorum` is the host's finding from `probing` ([`QuorumFinding::of`]),
+/// computed when an observation is made or read: a file may leave it out,
+/// and one that states a finding `probing` does not show is refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", try_from = "ObservationFile")]
 pub struct Observation {
-    #[serde(default)]
     pub cluster: ClusterRef,
     pub spec: ClusterSpec,
-    #[serde(default)]
     pub phase: HostPhase,
-    #[serde(default)]
     pub members: Vec<Member>,
     pub probing: Probing,
-    #[serde(default)]
+    pub quorum: QuorumFinding,
     pub history: History,
     pub now: TimestampMs,
     /// The cluster's settings for its policy, as JSON text ("{}" when it
     /// sets none). Files write them as a YAML mapping.
+    #[serde(with = "settings")]
+    pub settings: String,
+}
+
+/// An observation as a file writes it: `quorum` optional.
+#[derive(Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "testing", schemars(rename = "Observation"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ObservationFile {
+    #[serde(default)]
+    cluster: ClusterRef,
+    spec: ClusterSpec,
+    #[serde(default)]
+    phase: HostPhase,
+    #[serde(default)]
+    members: Vec<Member>,
+    probing: Probing,
+    /// The host's finding from `probing`; computed when left out.
+    #[serde(default)]
+    quorum: Option<QuorumFinding>,
+    #[serde(default)]
+    history: History,
+    now: TimestampMs,
+    /// The cluster's settings for its policy (a mapping).
     #[serde(default = "settings::empty", with = "settings")]
     #[cfg_attr(
         feature = "testing",
         schemars(with = "serde_json::Map<String, serde_json::Value>")
     )]
-    pub settings: String,
+    settings: String,
+}
+
+impl TryFrom<ObservationFile> for Observation {
+    type Error = String;
+
+    fn try_from(f: ObservationFile) -> Result<Self, String> {
+        let found = QuorumFinding::of(&f.probing);
+        if let Some(stated) = f.quorum
+            && stated != found
+        {
+            return Err(format!(
+                "quorum is the host's finding from probing, which shows {}; the file states {}: \
+                 leave quorum out, or make it match",
+                found.summary(),
+                stated.summary()
+            ));
+        }
+        Ok(Observation {
+            cluster: f.cluster,
+            spec: f.spec,
+            phase: f.phase,
+            members: f.members,
+            quorum: found,
+            probing: f.probing,
+            history: f.history,
+            now: f.now,
+            settings: f.settings,
+        })
+    }
+}
+
+#[cfg(feature = "testing")]
+impl schemars::JsonSchema for Observation {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Observation".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        ObservationFile::json_schema(generator)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -447,7 +516,11 @@ pub struct Event {
 pub struct Verdict {
     pub conditions: Vec<Condition>,
     pub ready_members: u32,
-    pub verified: bool,
+    /// Verification is the host's (`observation.quorum`); a policy may only
+    /// decline it, saying why. The status shows the cluster verified when
+    /// the host verified a quorum and the policy did not decline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decline_verification: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_after_ms: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

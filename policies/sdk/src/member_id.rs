@@ -72,3 +72,19 @@ pub mod option {
             .map_err(de::Error::custom)
     }
 }
+
+pub mod list {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(ids: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(ids.iter().map(|id| format!("{id:x}")))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        Vec::<Raw>::deserialize(d)?
+            .into_iter()
+            .map(parse)
+            .collect::<Result<_, _>>()
+            .map_err(de::Error::custom)
+    }
+}

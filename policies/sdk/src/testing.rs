@@ -77,7 +77,8 @@ pub struct Expectation {
     /// The verdict's readyMembers, exactly.
     #[serde(default)]
     pub ready_members: Option<u32>,
-    /// Whether the verdict claims that etcd verified the cluster.
+    /// Whether the status shows the cluster verified: the host's finding
+    /// (`observation.quorum`) is verified and the policy did not decline it.
     #[serde(default)]
     pub verified: Option<bool>,
     /// `null` expects no hint; a number expects exactly that hint.
@@ -94,6 +95,22 @@ pub struct Expectation {
     /// The policy's `validate-settings` must reject the case's settings.
     #[serde(default)]
     pub settings_rejected: Option<ExpectedRejection>,
+    /// The operator must reject the policy's verdict, by this check
+    /// (`UnconfirmedVerification`, `UnconfirmedAvailability`,
+    /// `InvalidVerdict`). Only `etcd-steward policy test` runs the
+    /// operator's checks; a native runner fails such a case.
+    #[serde(default)]
+    pub rejected: Option<ExpectedVerdictRejection>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExpectedVerdictRejection {
+    /// The check that rejects the verdict, e.g. `UnconfirmedAvailability`.
+    pub reason: String,
+    /// A part of the operator's message. Without it, any message.
+    #[serde(default)]
+    pub message_contains: Option<String>,
 }
 
 impl Expectation {
@@ -105,6 +122,7 @@ impl Expectation {
             || self.requeue_after_ms.is_some()
             || !self.events.is_empty()
             || self.exhaustive
+            || self.rejected.is_some()
     }
 }
 
@@ -125,8 +143,13 @@ pub enum Outcome {
     /// `validate-settings` rejected the settings with this message, so
     /// `evaluate` was not called.
     SettingsRejected(String),
-    /// The settings were accepted and `evaluate` returned this verdict.
-    Evaluated(Verdict),
+    /// The settings were accepted and `evaluate` returned this verdict;
+    /// `verified` is what the status shows of verification (the host's
+    /// finding, unless the verdict declined it).
+    Evaluated { verdict: Verdict, verified: bool },
+    /// The operator rejected the verdict (`reason` names the check) and
+    /// wrote its own fallback instead.
+    Rejected { reason: String, message: String },
 }
 
 impl Outcome {
@@ -140,7 +163,12 @@ impl Outcome {
         let observation = case.observation();
         match validate(&observation.settings) {
             Err(message) => Outcome::SettingsRejected(message),
-            Ok(()) => Outcome::Evaluated(evaluate(&observation)),
+            Ok(()) => {
+                let verdict = evaluate(&observation);
+                let verified =
+                    observation.quorum.is_verified() && verdict.decline_verification.is_none();
+                Outcome::Evaluated { verdict, verified }
+            }
         }
     }
 }
@@ -225,8 +253,8 @@ fn mismatch(field: String, expected: impl fmt::Display, actual: impl fmt::Displa
 /// Compares what a policy made of a case with its expectation; empty means
 /// the case passed.
 pub fn check_outcome(expect: &Expectation, outcome: &Outcome) -> Vec<Mismatch> {
-    match (&expect.settings_rejected, outcome) {
-        (Some(want), Outcome::SettingsRejected(message)) => {
+    match (&expect.settings_rejected, &expect.rejected, outcome) {
+        (Some(want), _, Outcome::SettingsRejected(message)) => {
             let mut out = Vec::new();
             if let Some(whole) = &want.message
                 && message != whole
@@ -248,24 +276,55 @@ pub fn check_outcome(expect: &Expectation, outcome: &Outcome) -> Vec<Mismatch> {
             }
             out
         }
-        (Some(_), Outcome::Evaluated(_)) => vec![mismatch(
+        (Some(_), _, _) => vec![mismatch(
             "settingsRejected".into(),
             "validate-settings to reject the settings",
             "accepted",
         )],
-        (None, Outcome::SettingsRejected(message)) => vec![mismatch(
+        (None, _, Outcome::SettingsRejected(message)) => vec![mismatch(
             "settings".into(),
             "accepted by validate-settings (the operator does not evaluate rejected settings; \
              expect settingsRejected if this is the point of the case)",
             format_args!("rejected: {message:?}"),
         )],
-        (None, Outcome::Evaluated(verdict)) => check(expect, verdict),
+        (None, Some(want), Outcome::Rejected { reason, message }) => {
+            let mut out = Vec::new();
+            if &want.reason != reason {
+                out.push(mismatch(
+                    "rejected.reason".into(),
+                    &want.reason,
+                    format_args!("{reason} ({message:?})"),
+                ));
+            }
+            if let Some(part) = &want.message_contains
+                && !message.contains(part.as_str())
+            {
+                out.push(mismatch(
+                    "rejected.message".into(),
+                    format_args!("to contain {part:?}"),
+                    format_args!("{message:?}"),
+                ));
+            }
+            out
+        }
+        (None, Some(want), Outcome::Evaluated { .. }) => vec![mismatch(
+            "rejected".into(),
+            format_args!("the operator to reject the verdict ({})", want.reason),
+            "accepted",
+        )],
+        (None, None, Outcome::Rejected { reason, message }) => vec![mismatch(
+            "verdict".into(),
+            "accepted by the operator (expect rejected if this is the point of the case)",
+            format_args!("rejected ({reason}): {message}"),
+        )],
+        (None, None, Outcome::Evaluated { verdict, verified }) => check(expect, verdict, *verified),
     }
 }
 
-/// Compares a verdict with an expectation's verdict fields; empty means
-/// they match. [`check_outcome`] is the whole check of a case.
-pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
+/// Compares a verdict, and whether the status shows the cluster verified,
+/// with an expectation's verdict fields; empty means they match.
+/// [`check_outcome`] is the whole check of a case.
+pub fn check(expect: &Expectation, verdict: &Verdict, verified: bool) -> Vec<Mismatch> {
     let mut out = Vec::new();
     for want in &expect.conditions {
         let Some(got) = verdict.condition(&want.type_) else {
@@ -326,10 +385,14 @@ pub fn check(expect: &Expectation, verdict: &Verdict) -> Vec<Mismatch> {
             verdict.ready_members,
         ));
     }
-    if let Some(verified) = expect.verified
-        && verified != verdict.verified
+    if let Some(want) = expect.verified
+        && want != verified
     {
-        out.push(mismatch("verified".into(), verified, verdict.verified));
+        let shown = match &verdict.decline_verification {
+            Some(why) => format!("{verified} (the policy declined: {why})"),
+            None => verified.to_string(),
+        };
+        out.push(mismatch("verified".into(), want, shown));
     }
     if let Some(requeue) = expect.requeue_after_ms
         && requeue != verdict.requeue_after_ms

@@ -1,4 +1,4 @@
-//! `etcd-steward policy new|test|schema|eval|inspect`: a policy author's tools.
+//! `etcd-steward policy new|test|schema|eval|inspect|push`: a policy author's tools.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use steward_policy_sdk::Observation;
 use crate::policy::{EngineConfig, LoadedPolicy, PolicyEngine};
 
 pub mod new;
+pub mod push;
 mod test;
 
 #[derive(Debug, Subcommand)]
@@ -27,6 +28,9 @@ pub enum PolicyCommand {
     Eval(EvalArgs),
     /// Print what a policy component says about itself, and its digest.
     Inspect(InspectArgs),
+    /// Put a component in a ConfigMap of the operator's namespace or in an
+    /// OCI registry, and print the EtcdStatusPolicy that pins it.
+    Push(push::PushArgs),
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +141,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         }
         PolicyCommand::Eval(args) => eval(args),
         PolicyCommand::Inspect(args) => inspect(args),
+        PolicyCommand::Push(args) => push::run(args),
     }
 }
 
@@ -168,15 +173,33 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     policy
         .validate_settings(&observation.settings)
         .with_context(|| format!("{}: settings", args.input.display()))?;
+    // As the operator runs it: the policy, then the host's checks.
     let evaluation = policy.evaluate(&observation);
-    print(&evaluation.verdict, args.output)?;
-    match evaluation.error {
-        None => Ok(ExitCode::SUCCESS),
-        Some(error) => {
+    let judged = crate::cluster::evaluate::judge(&observation, evaluation);
+    print(&judged.verdict, args.output)?;
+    match judged.problem {
+        None => {
             eprintln!(
-                "error: {} failed ({}), the verdict above is the host's fallback: {error}",
-                policy.info.name,
-                error.kind()
+                "verified: {} (the host's finding: {})",
+                judged.verified,
+                observation.quorum.summary()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(problem) => {
+            let what = match &problem {
+                crate::cluster::evaluate::PolicyProblem::Failed(e) => {
+                    format!("{} failed ({})", policy.info.name, e.kind())
+                }
+                other => format!(
+                    "the operator rejects {}'s verdict ({})",
+                    policy.info.name,
+                    other.rejection().unwrap_or(other.reason())
+                ),
+            };
+            eprintln!(
+                "error: {what}, the verdict above is the host's fallback: {}",
+                problem.message()
             );
             Ok(ExitCode::FAILURE)
         }

@@ -39,6 +39,7 @@ const RUST: &[File] = embed![
     "tests/basic.yaml" => "policies/sdk/template/tests/basic.yaml",
     "steward-policy-sdk/Cargo.toml" => "policies/sdk/Cargo.toml",
     "steward-policy-sdk/src/lib.rs" => "policies/sdk/src/lib.rs",
+    "steward-policy-sdk/src/finding.rs" => "policies/sdk/src/finding.rs",
     "steward-policy-sdk/src/guest.rs" => "policies/sdk/src/guest.rs",
     "steward-policy-sdk/src/member_id.rs" => "policies/sdk/src/member_id.rs",
     "steward-policy-sdk/src/settings.rs" => "policies/sdk/src/settings.rs",
@@ -73,6 +74,15 @@ const JS: &[File] = embed![
 const EXECUTABLE: &[&str] = &["build.sh"];
 
 impl Lang {
+    /// The language's name, as a person writes it ("JavaScript", not `js`).
+    fn display_name(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+        }
+    }
+
     fn files(self) -> &'static [File] {
         match self {
             Lang::Rust => RUST,
@@ -172,7 +182,8 @@ pub fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
 /// What to run next, printed after the files are written.
 pub fn summary(lang: Lang, name: &str, root: &Path) -> String {
     format!(
-        "wrote {lang:?} policy {name} to {}\nnext, in that directory:\n  {}\n",
+        "wrote {} policy {name} to {}\nnext, in that directory:\n  {}\n",
+        lang.display_name(),
         root.display(),
         lang.next_steps(name)
     )
@@ -189,6 +200,19 @@ mod tests {
             assert!(err.contains("is not a policy name"), "{bad}: {err}");
         }
         check_name("voters-down2").unwrap();
+    }
+
+    #[test]
+    fn the_summary_names_the_language_as_people_write_it() {
+        let root = Path::new("/tmp/x");
+        for (lang, shown) in [
+            (Lang::Rust, "wrote Rust policy"),
+            (Lang::Python, "wrote Python policy"),
+            (Lang::Js, "wrote JavaScript policy"),
+        ] {
+            let text = summary(lang, "x", root);
+            assert!(text.starts_with(shown), "{text}");
+        }
     }
 
     #[test]

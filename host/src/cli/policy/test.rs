@@ -11,6 +11,7 @@ use regex::Regex;
 use serde::Serialize;
 use steward_policy_sdk::testing::{self, Case, CaseFile, Outcome};
 
+use crate::cluster::evaluate::{PolicyProblem, judge};
 use crate::policy::{LoadedPolicy, PolicyError};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -88,7 +89,8 @@ pub fn run(
 /// settings is an outcome the case may expect.
 fn problems(policy: &LoadedPolicy, case: &Case) -> Vec<String> {
     let mut problems = Vec::new();
-    let validate = |settings: &str| match policy.validate_settings(settings) {
+    let observation = case.observation();
+    let settings = match policy.validate_settings(&observation.settings) {
         Ok(()) => Ok(()),
         Err(PolicyError::Settings(why)) => Err(why),
         Err(e) => {
@@ -96,15 +98,38 @@ fn problems(policy: &LoadedPolicy, case: &Case) -> Vec<String> {
             Ok(())
         }
     };
-    let mut evaluation_error = None;
-    let outcome = Outcome::of(case, validate, |observation| {
-        let evaluation = policy.evaluate(observation);
-        evaluation_error = evaluation.error;
-        evaluation.verdict
-    });
-    if let Some(e) = evaluation_error {
-        problems.push(format!("policy failed ({}): {e}", e.kind()));
-    }
+    // As the operator's evaluate stage runs it: the policy, then the
+    // host's own checks of its verdict (crate::cluster::evaluate::judge).
+    let outcome = match settings {
+        Err(message) => Outcome::SettingsRejected(message),
+        Ok(()) => {
+            let judged = judge(&observation, policy.evaluate(&observation));
+            match judged.problem {
+                None => Outcome::Evaluated {
+                    verdict: judged.verdict,
+                    verified: judged.verified,
+                },
+                Some(problem) => match problem.rejection() {
+                    Some(reason) => Outcome::Rejected {
+                        reason: reason.to_owned(),
+                        message: problem.message(),
+                    },
+                    None => {
+                        problems.push(match &problem {
+                            PolicyProblem::Failed(e) => {
+                                format!("policy failed ({}): {e}", e.kind())
+                            }
+                            other => format!("policy failed: {}", other.message()),
+                        });
+                        Outcome::Evaluated {
+                            verdict: judged.verdict,
+                            verified: judged.verified,
+                        }
+                    }
+                },
+            }
+        }
+    };
     problems.extend(
         testing::check_outcome(&case.expect, &outcome)
             .iter()

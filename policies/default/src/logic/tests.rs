@@ -51,6 +51,11 @@ fn fail(name: &str, kind: ProbeErrorKind, message: &str) -> EndpointProbe {
 }
 
 fn observation(desired: u32, members: Vec<Member>, endpoints: Vec<EndpointProbe>) -> Observation {
+    let probing = Probing::Attempted(ProbeReport {
+        endpoints,
+        member_list: MemberListOutcome::NotAttempted,
+        quorum_read: QuorumReadOutcome::NotAttempted,
+    });
     Observation {
         cluster: Default::default(),
         spec: steward_policy_sdk::ClusterSpec {
@@ -59,11 +64,8 @@ fn observation(desired: u32, members: Vec<Member>, endpoints: Vec<EndpointProbe>
         },
         phase: HostPhase::Steady,
         members,
-        probing: Probing::Attempted(ProbeReport {
-            endpoints,
-            member_list: MemberListOutcome::NotAttempted,
-            quorum_read: QuorumReadOutcome::NotAttempted,
-        }),
+        quorum: steward_policy_sdk::QuorumFinding::of(&probing),
+        probing,
         history: Default::default(),
         now: 1_796_169_600_000,
         settings: "{}".to_owned(),
@@ -89,7 +91,7 @@ fn a_member_probed_twice_counts_once_toward_quorum() {
     let v = evaluate(&obs, &Settings::default());
     assert_eq!(available(&v).status, ConditionStatus::False);
     assert_eq!(available(&v).reason, "QuorumLost");
-    assert!(!v.verified);
+    assert!(!obs.quorum.is_verified(), "no linearizable read was made");
 }
 
 #[test]
@@ -188,6 +190,10 @@ fn endpoint_host_strips_scheme_and_port() {
 #[test]
 fn invalid_settings_use_defaults_and_warn() {
     let mut obs = observation(1, vec![member("a", 1)], vec![answer("a", 1, 1)]);
+    if let Probing::Attempted(report) = &mut obs.probing {
+        report.quorum_read = QuorumReadOutcome::Succeeded;
+    }
+    obs.quorum = steward_policy_sdk::QuorumFinding::of(&obs.probing);
     obs.settings = r#"{"staleAfterSeconds": -1}"#.into();
     let v = evaluate_json_settings(&obs);
     assert_eq!(available(&v).status, ConditionStatus::True);

@@ -1,8 +1,9 @@
 //! raft-lag: an example status policy written with the Rust SDK.
 //!
 //! It judges a cluster by its raft log rather than by its Pods:
-//! - `Available` when etcd confirmed a quorum: a quorum of voting members
-//!   answered and agree on one leader, or a linearizable read went through.
+//! - `Available` when the host verified a quorum (`observation.quorum`: a
+//!   linearizable read went through raft); the leader is the one the host
+//!   names.
 //! - `RaftInSync` when every member that answered has applied the log to
 //!   within `maxLagEntries` of the leader's index; False names who trails
 //!   and by how much.
@@ -15,9 +16,8 @@
 
 use serde::Deserialize;
 use steward_policy_sdk::{
-    Condition, ConditionStatus, EndpointStatus, Event, EventType, MemberListOutcome, MemberRole,
-    Observation, PolicyInfo, ProbeOutcome, ProbeReport, Probing, QuorumReadOutcome, Verdict,
-    quorum,
+    Condition, ConditionStatus, EndpointStatus, Event, EventType, Observation, PolicyInfo,
+    ProbeOutcome, Probing, QuorumFinding, UnverifiedKind, Verdict,
 };
 
 const IN_SYNC: &str = "RaftInSync";
@@ -74,7 +74,6 @@ pub fn evaluate(o: &Observation, settings: &Settings) -> Verdict {
         return verdict(
             vec![paused("Available"), paused("Degraded"), paused(IN_SYNC)],
             0,
-            false,
         );
     }
     let report = match &o.probing {
@@ -91,7 +90,6 @@ pub fn evaluate(o: &Observation, settings: &Settings) -> Verdict {
             return verdict(
                 vec![unknown("Available"), unknown("Degraded"), unknown(IN_SYNC)],
                 0,
-                false,
             );
         }
     };
@@ -110,38 +108,36 @@ pub fn evaluate(o: &Observation, settings: &Settings) -> Verdict {
         .filter(|name| !answered.iter().any(|(a, _)| a == name))
         .collect();
 
-    let voters = voting_ids(o, report);
-    let leader = agreed_leader(&answered, &voters);
-    let read = report.quorum_read == QuorumReadOutcome::Succeeded;
-    let confirmed = leader.is_some() || read;
-    let available = match (leader, read) {
-        (Some(id), _) => Condition::new(
-            "Available",
-            ConditionStatus::True,
-            "QuorumHealthy",
-            format!(
-                "a quorum of {} voting members agree on leader {id:x}",
-                voters.len()
+    // Whether a quorum exists is the host's finding, handed over whole.
+    let (available, leader) = match &o.quorum {
+        QuorumFinding::Verified(q) => (
+            Condition::new(
+                "Available",
+                ConditionStatus::True,
+                "QuorumHealthy",
+                match q.leader {
+                    Some(id) => format!(
+                        "a linearizable read went through raft; {} of {} voting members agree on leader {id:x}",
+                        q.agreeing.len(),
+                        q.voters.len()
+                    ),
+                    None => "a linearizable read went through raft".to_owned(),
+                },
             ),
+            q.leader,
         ),
-        (None, true) => Condition::new(
-            "Available",
-            ConditionStatus::True,
-            "QuorumHealthy",
-            "a linearizable read went through raft",
-        ),
-        (None, false) => Condition::new(
-            "Available",
-            ConditionStatus::False,
-            "QuorumLost",
-            format!(
-                "{} of {} voting members answered, and no quorum agrees on a leader",
-                answered
-                    .iter()
-                    .filter(|(_, s)| voters.contains(&s.member_id))
-                    .count(),
-                voters.len()
+        QuorumFinding::Unverified(u) => (
+            Condition::new(
+                "Available",
+                ConditionStatus::False,
+                if u.kind == UnverifiedKind::Unreachable {
+                    "ClusterUnreachable"
+                } else {
+                    "QuorumLost"
+                },
+                u.message.clone(),
             ),
+            None,
         ),
     };
 
@@ -219,7 +215,7 @@ pub fn evaluate(o: &Observation, settings: &Settings) -> Verdict {
         .previous_conditions
         .iter()
         .any(|c| c.type_ == IN_SYNC && c.status == ConditionStatus::True);
-    let mut v = verdict(vec![available, degraded, in_sync.clone()], ready, confirmed);
+    let mut v = verdict(vec![available, degraded, in_sync.clone()], ready);
     if !lagging.is_empty() {
         if settings.requeue_seconds > 0 {
             v.requeue_after_ms = Some(settings.requeue_seconds * 1000);
@@ -235,43 +231,6 @@ pub fn evaluate(o: &Observation, settings: &Settings) -> Verdict {
     v
 }
 
-/// etcd's voting members: from its member list when it answered, else the
-/// members the host believes are voters.
-fn voting_ids(o: &Observation, report: &ProbeReport) -> Vec<u64> {
-    match &report.member_list {
-        MemberListOutcome::Listed(list) => list
-            .iter()
-            .filter(|m| !m.is_learner)
-            .map(|m| m.id)
-            .collect(),
-        _ => o
-            .members
-            .iter()
-            .filter(|m| m.role == MemberRole::Voter)
-            .filter_map(|m| m.member_id)
-            .collect(),
-    }
-}
-
-/// The leader a quorum of voting members agree on, if any.
-fn agreed_leader(answered: &[(&str, &EndpointStatus)], voters: &[u64]) -> Option<u64> {
-    let need = quorum(voters.len());
-    let mut votes: Vec<(u64, usize)> = Vec::new();
-    for (_, s) in answered
-        .iter()
-        .filter(|(_, s)| voters.contains(&s.member_id) && s.leader_id != 0)
-    {
-        match votes.iter_mut().find(|(id, _)| *id == s.leader_id) {
-            Some((_, n)) => *n += 1,
-            None => votes.push((s.leader_id, 1)),
-        }
-    }
-    votes
-        .into_iter()
-        .find(|(id, n)| *n >= need && voters.contains(id))
-        .map(|(id, _)| id)
-}
-
 fn lag_message(lagging: &[(&str, u64)], index: u64, settings: &Settings) -> String {
     let who: Vec<String> = lagging
         .iter()
@@ -284,11 +243,11 @@ fn lag_message(lagging: &[(&str, u64)], index: u64, settings: &Settings) -> Stri
     )
 }
 
-fn verdict(conditions: Vec<Condition>, ready_members: u32, verified: bool) -> Verdict {
+fn verdict(conditions: Vec<Condition>, ready_members: u32) -> Verdict {
     Verdict {
         conditions,
         ready_members,
-        verified,
+        decline_verification: None,
         requeue_after_ms: None,
         events: Vec::new(),
     }

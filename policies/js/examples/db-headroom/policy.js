@@ -1,6 +1,7 @@
 // db-headroom: a status policy that watches how close etcd's databases are to
-// their backend quota, on top of quorum. README.md beside this file has the
-// decision table; tests/*.yaml has a case for every row.
+// their backend quota, on top of quorum. Whether etcd has a quorum is the
+// host's finding (observation.quorum), taken as it is. README.md beside this
+// file has the decision table; tests/*.yaml has a case for every row.
 import {
   AVAILABLE,
   DEGRADED,
@@ -10,7 +11,6 @@ import {
   hex,
   probeReport,
   quorum,
-  quorumConfirmed,
   quotaBytes,
   votingMembers,
   warning,
@@ -20,7 +20,7 @@ const STORAGE = 'StorageHealthy';
 
 export const policy = definePolicy({
   name: 'db-headroom',
-  version: '0.1.0',
+  version: '0.2.0',
   conditionTypes: [AVAILABLE, DEGRADED, STORAGE],
   settings: {
     warnRatio: {
@@ -76,12 +76,11 @@ function evaluate(obs, settings) {
   const available = availability(obs, report, voters, silent, settings);
   const nospace = storage.measured.filter((m) => m.alarms.includes('nospace'));
 
+  // No declineVerification: the host's finding stands. A stricter Available
+  // (maxVotersDown) says what this policy concludes, not what etcd proved.
   return {
     conditions: [available, degraded(obs, voters, silent, storage, available), storageCondition(storage)],
     readyMembers,
-    // What etcd confirmed, judged exactly as the host re-checks it; a stricter
-    // Available (maxVotersDown) does not change what etcd verified.
-    verified: quorumConfirmed(obs).confirmed,
     events: nospace.length
       ? [
           warning(
@@ -94,19 +93,21 @@ function evaluate(obs, settings) {
   };
 }
 
-/** Available: etcd confirmed a quorum, and no more than maxVotersDown voters are silent. */
+/**
+ * Available: the host verified a quorum (observation.quorum), and no more
+ * than maxVotersDown voters are silent. Never True without the host's
+ * verification: the host would reject the verdict.
+ */
 function availability(obs, report, voters, silent, settings) {
+  const q = obs.quorum;
   const answering = voters.filter((v) => v.status && !v.status.isLearner);
-  const needed = quorum(voters.length);
-  const leader = agreedLeader(answering);
-  const byLeader = voters.length > 0 && leader !== undefined && leader.votes >= needed;
-  const byRead = report.quorumRead.tag === 'succeeded';
   let message = `${answering.length} of ${voters.length} voting members answered`;
 
-  if (byLeader || byRead) {
-    message += byLeader
-      ? `; ${leader.votes} agree on leader ${hex(leader.id)}`
-      : '; a linearizable read succeeded';
+  if (q.verified) {
+    message +=
+      q.leader === undefined
+        ? '; a linearizable read went through; no answer names a leader'
+        : `; a linearizable read went through; ${q.agreeing.length} agree on leader ${hex(q.leader)}`;
     if (silent.length <= settings.maxVotersDown) {
       return condition(AVAILABLE, true, 'QuorumHealthy', message);
     }
@@ -117,7 +118,7 @@ function availability(obs, report, voters, silent, settings) {
       `${message}, but ${silent.length} do not (${names(silent)}); maxVotersDown is ${settings.maxVotersDown}`,
     );
   }
-  if (answered(obs).length === 0) {
+  if (q.unverified.kind === 'unreachable') {
     const failures = report.endpoints.map((p) =>
       p.outcome.tag === 'failed' ? `${p.member} (${p.outcome.val.kind}: ${p.outcome.val.message})` : p.member,
     );
@@ -128,20 +129,12 @@ function availability(obs, report, voters, silent, settings) {
       failures.length ? `no endpoint answered: ${failures.join(', ')}` : 'no endpoint was probed',
     );
   }
-  message += `, quorum needs ${needed}`;
-  message += leader ? `; only ${leader.votes} agree on leader ${hex(leader.id)}` : '; none knows a leader';
-  return condition(AVAILABLE, false, 'QuorumLost', message);
-}
-
-/** The non-zero leader most answering voters name, and how many do. */
-function agreedLeader(answering) {
-  const votes = new Map();
-  for (const { status } of answering) {
-    if (status.leaderId !== 0n) votes.set(status.leaderId, (votes.get(status.leaderId) ?? 0) + 1);
-  }
-  let best;
-  for (const [id, n] of votes) if (!best || n > best.votes) best = { id, votes: n };
-  return best;
+  return condition(
+    AVAILABLE,
+    false,
+    'QuorumLost',
+    `${message}, quorum needs ${quorum(voters.length)}; ${q.unverified.message}`,
+  );
 }
 
 /** Each answering member's db size against the quota, and its alarms. */
@@ -181,8 +174,8 @@ function degraded(obs, voters, silent, storage, available) {
     return condition(DEGRADED, true, reason, message);
   }
   if (available.status === 'false') {
-    // No member shows a problem, yet etcd has no quorum (no leader agreed):
-    // that is degraded too, for the reason Available gives.
+    // No member shows a problem, yet the host verified no quorum: that is
+    // degraded too, for the reason Available gives.
     return condition(DEGRADED, true, available.reason, available.message);
   }
   const largest = storage.measured.reduce((a, m) => (a && a.bytes >= m.bytes ? a : m), undefined);

@@ -1,4 +1,4 @@
-"""voters-down: Available while etcd confirms a quorum and at most
+"""voters-down: Available while the host verified a quorum and at most
 ``maxVotersDown`` voting members are not answering.
 
 The default policy asks only "does etcd have a quorum?". This one also
@@ -13,19 +13,23 @@ event) before it happens.
 | not probed at all (probing skipped)     | Unknown NotProbed         | True PodsNotReady, |
 |                                         |                           | else Unknown       |
 |                                         |                           | NotProbed          |
-| probed, etcd did not confirm a quorum   | False QuorumNotConfirmed  | True (see below)   |
-| confirmed, voters down > maxVotersDown  | False VoterBudgetExceeded | True               |
+| probed, no endpoint answered            | False ClusterUnreachable  | True (see below)   |
+| probed, no quorum verified              | False QuorumNotConfirmed  | True (see below)   |
+| verified, voters down > maxVotersDown   | False VoterBudgetExceeded | True               |
 |                                         |                           | VotersNotAnswering |
-| confirmed, voters down <= maxVotersDown | True QuorumConfirmed      | see below          |
+| verified, voters down <= maxVotersDown  | True QuorumConfirmed      | see below          |
 
 Degraded (probed): True VotersNotAnswering when any voter did not answer;
-else True PodsNotReady when a member's Pod is not Ready; else True
-QuorumNotConfirmed when Available is False; else False MembersHealthy.
+else True PodsNotReady when a member's Pod is not Ready; else True with
+Available's reason when Available is False; else False MembersHealthy.
 
-etcd confirms a quorum when a quorum of voting members answered Status and
-agree on one non-zero leader, or when a linearizable read succeeded.
-readyMembers counts members that answered and whose Pod is Ready; verified
-is True exactly when etcd confirmed a quorum. A Warning event
+Whether a quorum exists is the host's finding, ``obs.quorum``, taken as it
+is: verified when a linearizable read went through raft (its leader is the
+one the most answering voters name). "Not probed", "no endpoint answered"
+and "no quorum verified" are its three unverified kinds. The policy never
+declines the finding, so the status shows the cluster verified exactly when
+the host verified a quorum, whatever the budget says. readyMembers counts
+members that answered and whose Pod is Ready. A Warning event
 VoterBudgetExceeded is emitted whenever voters down exceed the budget.
 """
 
@@ -38,7 +42,7 @@ import steward_policy as sp
 
 class VotersDown(sp.StatusPolicy):
     name = "voters-down"
-    version = "0.1.0"
+    version = "0.2.0"
     settings = sp.Settings(
         sp.Setting(
             "maxVotersDown",
@@ -67,27 +71,17 @@ class VotersDown(sp.StatusPolicy):
 
         if isinstance(obs.probing, sp.Probing_Skipped):
             return not_probed(obs.probing.value, not_ready)
-        report = obs.probing.value
 
+        # Whether etcd has a quorum is the host's finding: taken as it is.
+        finding = obs.quorum
         errors = sp.failed(obs)
         budget = settings["maxVotersDown"]
         voters = sp.voting_members(obs)
         up = [v for v in voters if v.answered]
         down = [v for v in voters if not v.answered]
         needed = sp.quorum(len(voters))
-        leader, agreeing = sp.leader_agreement(v.status for v in up)
-        by_leader = bool(voters) and agreeing >= needed
-        confirmed = by_leader or sp.quorum_read_succeeded(obs)
 
         counts = f"{len(up)} of {len(voters)} voting members answer (quorum {needed})"
-        if by_leader:
-            evidence = agreement(leader, agreeing)
-        elif confirmed:
-            evidence = "a linearizable read succeeded"
-        else:
-            evidence = (
-                f"no quorum agrees on a leader ({agreement(leader, agreeing)}) and {read_outcome(report)}"
-            )
         down_text = (
             f"not answering: {sp.name_list(why_down(v, errors) for v in down)}"
             if down
@@ -96,11 +90,19 @@ class VotersDown(sp.StatusPolicy):
         over = len(down) > budget
         budget_text = f"{len(down)} down, maxVotersDown {budget}"
 
-        if not confirmed:
-            avail = sp.available(False, "QuorumNotConfirmed", f"{counts}; {evidence}; {down_text}")
+        unverified = finding.unverified
+        if unverified is not None:
+            reason = (
+                "ClusterUnreachable"
+                if unverified.kind == sp.UnverifiedKind.UNREACHABLE
+                else "QuorumNotConfirmed"
+            )
+            avail = sp.available(False, reason, f"{counts}; {unverified.message}; {down_text}")
         elif over:
             avail = sp.available(False, "VoterBudgetExceeded", f"{budget_text}; {down_text}; {counts}")
         else:
+            agree = agreement(finding.leader, len(finding.agreeing))
+            evidence = f"a linearizable read went through; {agree}"
             avail = sp.available(True, "QuorumConfirmed", f"{counts}; {evidence}; {budget_text}")
 
         if down:
@@ -116,8 +118,8 @@ class VotersDown(sp.StatusPolicy):
                 "PodsNotReady",
                 f"{len(not_ready)} of {len(obs.members)} pods not Ready: {sp.name_list(not_ready)}",
             )
-        elif not confirmed:
-            deg = sp.degraded(True, "QuorumNotConfirmed", avail.message)
+        elif not finding.verified:
+            deg = sp.degraded(True, avail.reason, avail.message)
         else:
             deg = sp.degraded(
                 False,
@@ -135,12 +137,9 @@ class VotersDown(sp.StatusPolicy):
                     f"more than maxVotersDown {budget}: {sp.name_list(v.name for v in down)}",
                 )
             )
-        return sp.verdict(
-            [avail, deg],
-            ready_members=len(ready),
-            verified=confirmed,
-            events=events,
-        )
+        # No decline_verification: the host's finding stands; the budget
+        # decides Available, not whether etcd proved a quorum.
+        return sp.verdict([avail, deg], ready_members=len(ready), events=events)
 
 
 def not_probed(reason: str, not_ready: list[str]) -> sp.Verdict:
@@ -164,22 +163,13 @@ def why_down(voter: sp.Voter, errors: dict[str, sp.ProbeError]) -> str:
     return f"{voter.name} (not probed)"
 
 
-def agreement(leader: int, agreeing: int) -> str:
-    """How many answering voters name the leader most of them name."""
-    if agreeing == 0:
-        return "none knows a leader"
+def agreement(leader: int | None, agreeing: int) -> str:
+    """How many answering voters name the leader the host found."""
+    if leader is None:
+        return "no answer names a leader"
     if agreeing == 1:
         return f"1 names leader {sp.hex_id(leader)}"
     return f"{agreeing} agree on leader {sp.hex_id(leader)}"
-
-
-def read_outcome(report: sp.ProbeReport) -> str:
-    """Why the quorum read did not confirm a quorum."""
-    match report.quorum_read:
-        case sp.QuorumReadOutcome_Failed(error):
-            return f"the quorum read failed ({error.kind.name.lower()})"
-        case _:
-            return "no quorum read was attempted"
 
 
 Policy = sp.export(VotersDown)

@@ -19,7 +19,7 @@ class Raises(sp.StatusPolicy):
         if settings["mode"] == "sdk-helper":
             sp.quorum(None)
         share = 1 // len(obs.members)
-        return sp.verdict([sp.available(True, "Fine", str(share)), sp.degraded(False, "Fine")])
+        return sp.verdict([sp.available(None, "Fine", str(share)), sp.degraded(False, "Fine")])
 
 
 Policy = sp.export(Raises)

@@ -284,7 +284,7 @@ fn verdict() -> Verdict {
             ),
         ],
         ready_members: 1,
-        verified: false,
+        decline_verification: None,
         requeue_after_ms: Some(5000),
         events: vec![],
     }
@@ -306,8 +306,9 @@ fn check_passes_a_matching_subset() {
         events: vec![],
         exhaustive: false,
         settings_rejected: None,
+        rejected: None,
     };
-    assert_eq!(check(&expect, &verdict()), vec![]);
+    assert_eq!(check(&expect, &verdict(), false), vec![]);
 }
 
 #[test]
@@ -340,8 +341,9 @@ fn check_reports_every_difference_readably() {
         }],
         exhaustive: false,
         settings_rejected: None,
+        rejected: None,
     };
-    let shown: Vec<String> = check(&expect, &verdict())
+    let shown: Vec<String> = check(&expect, &verdict(), false)
         .iter()
         .map(|m| m.to_string())
         .collect();
@@ -452,7 +454,10 @@ fn exhaustive_refuses_conditions_and_events_not_listed() {
         reason: "Extra".into(),
         message: "m".into(),
     });
-    let shown: Vec<String> = check(&expect, &v).iter().map(|m| m.to_string()).collect();
+    let shown: Vec<String> = check(&expect, &v, false)
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
     assert_eq!(
         shown,
         [
@@ -474,7 +479,7 @@ fn an_exact_message_must_match_whole() {
         }],
         ..Expectation::default()
     };
-    let shown: Vec<String> = check(&expect, &verdict())
+    let shown: Vec<String> = check(&expect, &verdict(), false)
         .iter()
         .map(|m| m.to_string())
         .collect();

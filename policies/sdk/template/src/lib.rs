@@ -1,15 +1,16 @@
 //! {{name}}: a status policy for etcd-steward.
 //!
-//! Available when etcd itself confirmed a quorum (a linearizable read went
-//! through raft); Degraded while any member is not Ready or does not answer.
+//! Available when the host verified a quorum (`observation.quorum`: a
+//! linearizable read went through raft); Degraded while any member is not
+//! Ready or does not answer.
 //! Change the decisions below; `cargo test` runs tests/*.yaml against them
 //! natively, and `etcd-steward policy test` runs the same cases through the
 //! built component.
 
 use steward_policy_sdk::guest::Policy;
 use steward_policy_sdk::{
-    Condition, ConditionStatus, Observation, PolicyInfo, ProbeOutcome, Probing, QuorumReadOutcome,
-    Verdict,
+    Condition, ConditionStatus, Observation, PolicyInfo, ProbeOutcome, Probing, QuorumFinding,
+    UnverifiedKind, Verdict,
 };
 
 pub struct ThisPolicy;
@@ -38,9 +39,9 @@ impl Policy for ThisPolicy {
     }
 
     fn evaluate(observation: Observation) -> Verdict {
-        let (report, skipped) = match &observation.probing {
-            Probing::Attempted(report) => (Some(report), None),
-            Probing::Skipped(why) => (None, Some(why.as_str())),
+        let report = match &observation.probing {
+            Probing::Attempted(report) => Some(report),
+            Probing::Skipped(_) => None,
         };
         let answered = |member: &str| {
             report.is_some_and(|r| {
@@ -49,29 +50,30 @@ impl Policy for ThisPolicy {
                     .any(|p| p.member == member && matches!(p.outcome, ProbeOutcome::Answered(_)))
             })
         };
-        let quorum = report.is_some_and(|r| r.quorum_read == QuorumReadOutcome::Succeeded);
 
-        let available = if quorum {
-            Condition::new(
+        // Whether etcd proved a quorum is the host's finding: take it as is.
+        let available = match &observation.quorum {
+            QuorumFinding::Verified(_) => Condition::new(
                 "Available",
                 ConditionStatus::True,
                 "QuorumConfirmed",
                 "a linearizable read went through raft",
-            )
-        } else if let Some(why) = skipped {
-            Condition::new(
+            ),
+            QuorumFinding::Unverified(u) => Condition::new(
                 "Available",
-                ConditionStatus::Unknown,
-                "NotProbed",
-                format!("etcd was not probed: {why}"),
-            )
-        } else {
-            Condition::new(
-                "Available",
-                ConditionStatus::False,
-                "NoQuorum",
-                "no linearizable read went through",
-            )
+                match u.kind {
+                    UnverifiedKind::NotProbed => ConditionStatus::Unknown,
+                    UnverifiedKind::Unreachable | UnverifiedKind::NoQuorum => {
+                        ConditionStatus::False
+                    }
+                },
+                match u.kind {
+                    UnverifiedKind::NotProbed => "NotProbed",
+                    UnverifiedKind::Unreachable => "Unreachable",
+                    UnverifiedKind::NoQuorum => "NoQuorum",
+                },
+                u.message.clone(),
+            ),
         };
         let unhealthy: Vec<&str> = observation
             .members
@@ -102,7 +104,7 @@ impl Policy for ThisPolicy {
         Verdict {
             conditions: vec![available, degraded],
             ready_members: ready,
-            verified: quorum,
+            decline_verification: None,
             requeue_after_ms: None,
             events: Vec::new(),
         }
