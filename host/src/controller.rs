@@ -177,6 +177,9 @@ pub async fn run(
                     Some(ObjectRef::new(&name))
                 },
             )
+            // A policy whose evaluations start or stop failing says so at
+            // once (its Degraded condition), not at the next recheck.
+            .reconcile_on(crate::status_policy::evaluations_changed(&ctx.policies))
             .run(reconcile_policy, policy_error_policy, pctx)
             .for_each(|_| futures::future::ready(()))
     };

@@ -226,11 +226,11 @@ impl Metrics {
 
     /// A verdict the host rejected because it claimed a verified quorum
     /// that etcd did not confirm.
-    pub fn count_rejected_verdict(&self) {
+    /// A verdict the host rejected, by the check that rejected it
+    /// (`UnconfirmedVerification`, `UnconfirmedAvailability`).
+    pub fn count_rejected_verdict(&self, check: &str) {
         self.policy_failures
-            .get_or_create(&KindLabel {
-                kind: "UnconfirmedVerification".into(),
-            })
+            .get_or_create(&KindLabel { kind: check.into() })
             .inc();
     }
 

@@ -153,19 +153,53 @@ fn helm_cluster_role_rules_match_the_plain_manifest() {
     }
 }
 
-/// The examples users copy parse as EtcdClusters.
+/// The examples users copy parse as the kinds they claim: one EtcdCluster
+/// each, and the EtcdStatusPolicy it selects beside it (a name that finds
+/// none would be the deprecated ConfigMap form).
 #[test]
 fn examples_are_valid_etcdclusters() {
+    use etcd_steward::api::{EtcdCluster, EtcdStatusPolicy};
     for file in [
         "deploy/examples/etcdcluster.yaml",
         "deploy/examples/etcdcluster-custom-policy.yaml",
     ] {
         let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
-        let cluster: etcd_steward::api::EtcdCluster =
-            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let (mut clusters, mut policies) = (Vec::new(), Vec::new());
+        for doc in docs {
+            match doc["kind"].as_str() {
+                Some("EtcdCluster") => clusters.push(
+                    serde_json::from_value::<EtcdCluster>(doc)
+                        .unwrap_or_else(|e| panic!("{file}: {e}")),
+                ),
+                Some("EtcdStatusPolicy") => policies.push(
+                    serde_json::from_value::<EtcdStatusPolicy>(doc)
+                        .unwrap_or_else(|e| panic!("{file}: {e}"))
+                        .metadata
+                        .name
+                        .unwrap_or_default(),
+                ),
+                other => panic!("{file}: unexpected kind {other:?}"),
+            }
+        }
+        let [cluster] = &clusters[..] else {
+            panic!("{file}: one EtcdCluster expected, found {}", clusters.len())
+        };
         assert!(
             cluster.spec.tls.is_none() && cluster.spec.auth.is_none(),
             "{file}"
         );
+        let selected = cluster
+            .spec
+            .status_policy
+            .as_ref()
+            .and_then(|p| p.name.as_ref());
+        if let Some(name) = selected {
+            assert!(
+                policies.contains(name),
+                "{file}: spec.statusPolicy.name {name:?} names no EtcdStatusPolicy in the file"
+            );
+        }
     }
 }

@@ -1029,19 +1029,7 @@ fn a_policy_that_always_says_available_cannot_hide_frozen_members() {
             })
             .await;
         assert_eq!(condition(&later, "Available"), Some("Unknown"));
-        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-            kube::Api::namespaced(env.client.clone(), NS);
-        let list = events.list(&Default::default()).await.unwrap();
-        assert!(
-            list.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("PolicyFailed")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("careless")
-                    && e.note
-                        .as_deref()
-                        .is_some_and(|n| n.contains("says Available=True"))),
-            "a Warning Event names the rejected claim"
-        );
+        assert_policy_failed_event(&env, "careless", "says Available=True").await;
         for n in &names {
             env.plane.kubelet().thaw(NS, n).await.unwrap();
         }
@@ -1052,6 +1040,21 @@ fn a_policy_that_always_says_available_cannot_hide_frozen_members() {
         .await;
         env.shutdown().await;
     });
+}
+
+/// A PolicyFailed Warning Event on `cluster` whose note contains `text`.
+async fn assert_policy_failed_event(env: &Env, cluster: &str, text: &str) {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(env.client.clone(), NS);
+    let list = events.list(&Default::default()).await.unwrap();
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PolicyFailed")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+                && e.note.as_deref().is_some_and(|n| n.contains(text))),
+        "a Warning Event on {cluster} names the rejected claim ({text})"
+    );
 }
 
 /// Installs a component built against the previous contract
@@ -1136,19 +1139,7 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
         assert_eq!(env.member_names("liar").await.len(), 3);
         let listed = env.etcdctl(&endpoints, &["member", "list"]).await;
         assert_eq!(listed.lines().count(), 3, "{listed}");
-        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-            kube::Api::namespaced(env.client.clone(), NS);
-        let list = events.list(&Default::default()).await.unwrap();
-        assert!(
-            list.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("PolicyFailed")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("liar")
-                    && e.note
-                        .as_deref()
-                        .is_some_and(|n| n.contains("claims a verified quorum"))),
-            "a Warning Event names the rejected claim"
-        );
+        assert_policy_failed_event(&env, "liar", "claims a verified quorum").await;
 
         // What a platform team alerts on says the same.
         let text = op.metrics.encode();
@@ -1387,4 +1378,392 @@ fn a_failing_pvc_or_pod_create_still_writes_the_member_status() {
         );
         env.shutdown().await;
     });
+}
+
+/// A rolling node reboot: each member's etcd is stopped gracefully (SIGTERM,
+/// as a node shutting down stops its containers) and comes back on its own
+/// volume, one at a time, in a seeded random order (`STEWARD_E2E_SEED`
+/// replays one). Member Pods run with `restartPolicy: Never`, so "comes
+/// back" is the operator recreating the Succeeded Pod on the same PVC, as
+/// docs/api.md ("Crash-loop self-heal") says. The whole status timeline, as
+/// a watch sees it, is asserted: the default policy never fails, Available
+/// is never Unknown, and it is True only in a status whose reconcile
+/// verified a quorum (docs/api.md, "Verified: one definition, the host's").
+#[test]
+fn every_member_rebooting_in_turn_never_shows_a_policy_failure_or_an_unverified_available() {
+    use rand::SeedableRng as _;
+    use rand::seq::SliceRandom as _;
+    const NAME: &str = "reboots";
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let endpoints = healthy_three(&env, NAME).await;
+        let seed = std::env::var("STEWARD_E2E_SEED")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        let mut order = env.member_names(NAME).await;
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+        eprintln!("reboot order {order:?} (STEWARD_E2E_SEED={seed} replays it)");
+        env.etcdctl(&endpoints, &["put", "/steward/reboots", &seed.to_string()])
+            .await;
+
+        let timeline = Timeline::record(&env, NAME).await;
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        for (i, n) in order.iter().enumerate() {
+            let member = env.members().get(n).await.unwrap();
+            let member_status = member.status.clone().unwrap_or_default();
+            let old_uid = pods.get(n).await.unwrap().metadata.uid.unwrap();
+            let claim = claim_of(&env, n).await;
+            let leader = env
+                .clusters()
+                .get(NAME)
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.members.into_iter().find(|m| m.leader).map(|m| m.name));
+            let from = timeline.len();
+            let pid = env.sigterm_member(n);
+            eprintln!(
+                "reboot {}/{}: SIGTERM to {n}'s etcd (pid {pid}); leader {leader:?}",
+                i + 1,
+                order.len()
+            );
+            wait_pod(&env, n, "recreated and Ready", |p| {
+                p.metadata.uid.as_ref() != Some(&old_uid)
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        })
+            })
+            .await;
+            env.wait_available(NAME, 3).await;
+            env.wait_for(NAME, "Degraded=False again", |c| {
+                condition(c, "Degraded") == Some("False")
+            })
+            .await;
+            timeline
+                .until(
+                    from,
+                    &format!("the reboot of {n}: fewer than 3 ready, then Available=True with 3"),
+                    |ms| {
+                        ms.iter().position(|m| m.ready < 3).is_some_and(|d| {
+                            ms[d..]
+                                .iter()
+                                .any(|m| m.available == "True" && m.ready == 3)
+                        })
+                    },
+                )
+                .await;
+            // The same member on the same volume: etcd kept its ID, the
+            // PVC is the one it had, and the operator counted one Pod that
+            // ended (cleanly: not a failure).
+            assert_eq!(claim_of(&env, n).await, claim, "{n} runs on its own PVC");
+            let start = std::time::Instant::now();
+            let after = loop {
+                let m = env.members().get(n).await.unwrap();
+                let s = m.status.unwrap_or_default();
+                if s.pod_restarts > member_status.pod_restarts
+                    || start.elapsed() > support::EVENTUALLY
+                {
+                    break s;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            };
+            assert_eq!(
+                after.pod_restarts,
+                member_status.pod_restarts + 1,
+                "{n}: {after:?}"
+            );
+            assert_eq!(after.consecutive_failures, 0, "{n}: {after:?}");
+            assert!(after.member_id.is_some(), "{n}: {after:?}");
+            assert_eq!(
+                after.member_id, member_status.member_id,
+                "{n} kept its etcd ID"
+            );
+        }
+
+        let moments = timeline.stop().await;
+        eprintln!("the status timeline of {NAME} (seed {seed}, order {order:?}):");
+        let mut last_key = None;
+        for m in &moments {
+            if last_key.as_ref() != Some(&m.key()) {
+                eprintln!("  {m}");
+                last_key = Some(m.key());
+            }
+        }
+        assert_timeline_verified(&moments);
+
+        // The data is still there, through the cluster and in every
+        // member's own store (a serializable read answers from it alone).
+        for key in ["/steward/e2e", "/steward/reboots"] {
+            let want = if key == "/steward/e2e" {
+                "kept".to_owned()
+            } else {
+                seed.to_string()
+            };
+            let got = env
+                .etcdctl(&endpoints, &["get", key, "--print-value-only"])
+                .await;
+            assert_eq!(got.trim(), want, "{key}");
+            for n in &order {
+                let got = env
+                    .etcdctl(
+                        &env.client_url(NAME, n),
+                        &["get", key, "--print-value-only", "--consistency=s"],
+                    )
+                    .await;
+                assert_eq!(got.trim(), want, "{key} in {n}'s own store");
+            }
+        }
+        let list = env.etcdctl(&endpoints, &["member", "list"]).await;
+        assert_eq!(voters(&list), 3, "etcdctl member list:\n{list}");
+        env.shutdown().await;
+    });
+}
+
+/// The PVC a member's Pod mounts: its name and UID.
+async fn claim_of(env: &Env, pod: &str) -> (String, String) {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    let p = kube::Api::<Pod>::namespaced(env.client.clone(), NS)
+        .get(pod)
+        .await
+        .unwrap();
+    let name = p
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|v| v.persistent_volume_claim.map(|c| c.claim_name))
+        .unwrap_or_else(|| panic!("pod {pod} mounts no PVC"));
+    let uid = kube::Api::<PersistentVolumeClaim>::namespaced(env.client.clone(), NS)
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    (name, uid)
+}
+
+/// One status of a cluster, as a watch delivered it.
+#[derive(Debug, Clone)]
+struct Moment {
+    resource_version: String,
+    available: String,
+    reason: String,
+    message: String,
+    /// The Available condition's lastTransitionTime.
+    since: Option<jiff::Timestamp>,
+    last_verified: Option<jiff::Timestamp>,
+    ready: i32,
+    unverified_streak: u32,
+    degraded: String,
+}
+
+impl Moment {
+    fn of(c: &etcd_steward::api::EtcdCluster) -> Moment {
+        let status = c.status.clone().unwrap_or_default();
+        let available = status.conditions.iter().find(|x| x.type_ == "Available");
+        Moment {
+            resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
+            available: available.map(|x| x.status.clone()).unwrap_or_default(),
+            reason: available.map(|x| x.reason.clone()).unwrap_or_default(),
+            message: available.map(|x| x.message.clone()).unwrap_or_default(),
+            since: available.map(|x| x.last_transition_time.0),
+            last_verified: status.last_verified_time.map(|t| t.0),
+            ready: status.ready_members,
+            unverified_streak: status.unverified_streak,
+            degraded: condition(c, "Degraded").unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// What the printed timeline tells apart.
+    fn key(&self) -> (String, String, Option<jiff::Timestamp>, i32) {
+        (
+            self.available.clone(),
+            self.reason.clone(),
+            self.last_verified,
+            self.ready,
+        )
+    }
+}
+
+impl std::fmt::Display for Moment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rv {}: Available={}/{} lastVerifiedTime={} readyMembers={} (unverifiedStreak {}, Degraded={}): {}",
+            self.resource_version,
+            self.available,
+            self.reason,
+            self.last_verified.map_or("-".to_owned(), |t| t.to_string()),
+            self.ready,
+            self.unverified_streak,
+            self.degraded,
+            self.message
+        )
+    }
+}
+
+/// Every status of one cluster from now on, recorded by a watch in a
+/// background task.
+struct Timeline {
+    moments: std::sync::Arc<std::sync::Mutex<Vec<Moment>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Timeline {
+    /// Starts the watch; returns once it delivered the current status.
+    async fn record(env: &Env, name: &str) -> Timeline {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let stream = watcher(
+            env.clusters(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .default_backoff()
+        .applied_objects();
+        let moments = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = moments.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                if let Ok(c) = item {
+                    sink.lock().unwrap().push(Moment::of(&c));
+                }
+            }
+        });
+        let timeline = Timeline { moments, task };
+        timeline
+            .until(0, "the watch delivers the current status", |ms| {
+                !ms.is_empty()
+            })
+            .await;
+        timeline
+    }
+
+    fn len(&self) -> usize {
+        self.moments.lock().unwrap().len()
+    }
+
+    /// Waits until the moments recorded from index `from` on satisfy `pred`.
+    async fn until(&self, from: usize, what: &str, pred: impl Fn(&[Moment]) -> bool) {
+        let start = std::time::Instant::now();
+        loop {
+            {
+                let ms = self.moments.lock().unwrap();
+                if pred(&ms[from.min(ms.len())..]) {
+                    return;
+                }
+                if start.elapsed() > EVENTUALLY {
+                    let seen: Vec<String> = ms[from.min(ms.len())..]
+                        .iter()
+                        .map(|m| m.to_string())
+                        .collect();
+                    panic!("the watch never showed {what}; it showed:\n{seen:#?}");
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops the watch once it shows the cluster Available with 3 ready (the
+    /// state the test last read), and returns everything it recorded.
+    async fn stop(self) -> Vec<Moment> {
+        self.until(0, "the final Available=True with 3 ready", |ms| {
+            ms.last()
+                .is_some_and(|m| m.available == "True" && m.ready == 3)
+        })
+        .await;
+        self.task.abort();
+        let _ = self.task.await;
+        std::mem::take(&mut *self.moments.lock().unwrap())
+    }
+}
+
+/// The rules of docs/api.md ("Verified: one definition, the host's") over a
+/// whole timeline of a default-policy cluster whose members stay probed.
+fn assert_timeline_verified(moments: &[Moment]) {
+    let show = |i: usize| {
+        moments[i.saturating_sub(3)..(i + 2).min(moments.len())]
+            .iter()
+            .map(|m| format!("\n  {m}"))
+            .collect::<String>()
+    };
+    let mut since_false = false;
+    for (i, m) in moments.iter().enumerate() {
+        assert_ne!(
+            m.reason,
+            "PolicyFailed",
+            "the host rejected the default policy's verdict:{}",
+            show(i)
+        );
+        // Every reconcile probes these members, so nothing is ever
+        // unknown; in particular not on the way from False back to True.
+        assert_ne!(
+            m.available,
+            "Unknown",
+            "Available=Unknown{}:{}",
+            if since_false {
+                " between a False and a True"
+            } else {
+                ""
+            },
+            show(i)
+        );
+        match m.available.as_str() {
+            "False" => since_false = true,
+            "True" => since_false = false,
+            _ => {}
+        }
+        let prev = i.checked_sub(1).map(|p| &moments[p]);
+        // lastVerifiedTime never goes back nor disappears.
+        if let Some(p) = prev {
+            assert!(
+                p.last_verified.is_none() || m.last_verified >= p.last_verified,
+                "lastVerifiedTime went back:{}",
+                show(i)
+            );
+        }
+        if m.available != "True" {
+            continue;
+        }
+        // True only from a reconcile in which the host verified a quorum:
+        // it reset the streak and its verdict is not one kept unprobed.
+        assert!(
+            m.last_verified.is_some(),
+            "True, never verified:{}",
+            show(i)
+        );
+        assert_eq!(
+            m.unverified_streak,
+            0,
+            "Available=True written by a reconcile that verified nothing:{}",
+            show(i)
+        );
+        assert!(
+            !m.message.contains("not verified now") && !m.message.contains("not probed"),
+            "Available=True kept without probing:{}",
+            show(i)
+        );
+        // Back to True: verified again, at or after the moment it stopped
+        // being True (the API keeps whole seconds, hence not strictly after).
+        if let Some(p) = prev.filter(|p| p.available != "True") {
+            assert!(
+                m.last_verified >= p.since && m.last_verified >= p.last_verified,
+                "Available=True again without a fresh verification:{}",
+                show(i)
+            );
+        }
+    }
 }

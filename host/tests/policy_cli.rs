@@ -130,6 +130,24 @@ fn policy_failure_fails_the_case() {
     assert_eq!(out.lines().last(), Some("0 passed, 1 failed"));
 }
 
+/// A Rust policy's panic message reaches the status through its stderr;
+/// the panic hook's advice about RUST_BACKTRACE is for no one there.
+#[test]
+fn a_panic_is_reported_without_the_backtrace_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = format!(
+        "cases:\n  - name: panics\n    settings: {{fault: panic}}\n    observation:\n{}\n    expect: {{}}\n",
+        indent(OBSERVATION, 6)
+    );
+    let file = write(dir.path(), "panic.yaml", cases.as_bytes());
+    let o = steward(&["policy", "test", "--policy", CHAOS_WASM, &file]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("policy failed (Trap)"), "{out}");
+    assert!(out.contains("chaos policy: deliberate panic"), "{out}");
+    assert!(!out.contains("RUST_BACKTRACE"), "{out}");
+}
+
 #[test]
 fn unparsable_case_file_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,6 +174,54 @@ fn case_files_are_checked_before_the_policy_is_compiled() {
     let o = steward(&["policy", "test", "--policy", &policy, &file]);
     assert_one_error_line(&o, &format!("{file}:4:"));
     assert!(stderr(&o).contains("readyMembrs"), "{}", stderr(&o));
+}
+
+/// CI collects the report, so a case file that does not parse is in it: one
+/// failed case naming the file, line and column, and still one error line.
+#[test]
+fn an_unparsable_case_file_is_a_failed_case_in_junit_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "broken.yaml",
+        b"cases:\n  - name: typo\n    observation:\n      spec: {desiredReplicas: three}\n      probing: {Skipped: no}\n      now: 0\n    expect: {}\n",
+    );
+    // file:4:COLUMN: followed by the field.
+    let names_the_place = |text: &str| {
+        text.strip_prefix(&format!("{file}:4:"))
+            .and_then(|rest| rest.split_once(": "))
+            .is_some_and(|(column, rest)| {
+                column.parse::<u32>().is_ok_and(|c| c > 0) && rest.contains("desiredReplicas")
+            })
+    };
+
+    let o = steward(&["policy", "test", "--format", "junit", &file]);
+    assert_one_error_line(&o, &format!("{file}:4:"));
+    let report = quick_junit::Report::deserialize_from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("not JUnit XML: {e}\n{}", stdout(&o)));
+    assert_eq!((report.tests, report.failures, report.errors), (1, 1, 0));
+    let suite = &report.test_suites[0];
+    assert_eq!(suite.name.as_str(), file);
+    let quick_junit::TestCaseStatus::NonSuccess { message, .. } = &suite.test_cases[0].status
+    else {
+        panic!("{:?}", suite.test_cases[0].status)
+    };
+    let message = message.as_ref().map(|m| m.as_str()).unwrap_or_default();
+    assert!(names_the_place(message), "{message}");
+
+    let o = steward(&["policy", "test", "--format", "json", &file]);
+    assert_one_error_line(&o, &format!("{file}:4:"));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("not JSON: {e}\n{}", stdout(&o)));
+    assert_eq!(
+        (doc["passed"].as_u64(), doc["failed"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let case = &doc["cases"][0];
+    assert_eq!(case["file"], file.as_str());
+    assert_eq!(case["passed"], false);
+    let problem = case["problems"][0].as_str().unwrap_or_default();
+    assert!(names_the_place(problem), "{problem}");
 }
 
 /// Two cases with settings the default policy's validate-settings rejects:
@@ -302,16 +368,231 @@ fn eval_rejects_settings_the_policy_rejects() {
     assert_one_error_line(&o, "unknown fault");
 }
 
+/// An EtcdStatusPolicy manifest with these spec.limits (YAML flow
+/// mapping), after a ConfigMap: `--limits-from` picks the policy out.
+fn manifest(dir: &Path, limits: &str) -> String {
+    let text = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: chaos}}\n---\n\
+         apiVersion: etcd.steward.dev/v1alpha1\nkind: EtcdStatusPolicy\nmetadata: {{name: chaos}}\n\
+         spec:\n  digest: sha256:{}\n  source: {{configMap: {{name: chaos}}}}\n  limits: {limits}\n",
+        "0".repeat(64)
+    );
+    write(dir, "policy.yaml", text.as_bytes())
+}
+
+/// The limits tried locally are the ones the operator would enforce: a
+/// case that passes under the defaults fails under a smaller memoryBytes,
+/// and a deadline from the manifest or a flag (which wins) is the one a
+/// runaway policy is stopped at.
+#[test]
+fn test_and_eval_run_under_the_limits_a_manifest_or_a_flag_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let healthy = format!(
+        "cases:\n  - name: healthy\n    observation:\n{}\n    expect:\n      conditions:\n        - {{type: Available, status: \"True\"}}\n",
+        indent(OBSERVATION, 6)
+    );
+    let healthy = write(dir.path(), "healthy.yaml", healthy.as_bytes());
+    let o = steward(&["policy", "test", "--policy", CHAOS_WASM, &healthy]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    // One wasm page: less than the Rust policy's stack alone.
+    let o = steward(&[
+        "policy",
+        "test",
+        "--policy",
+        CHAOS_WASM,
+        "--memory-bytes",
+        "65536",
+        &healthy,
+    ]);
+    assert_one_error_line(&o, "exceeded its memory cap of 65536 bytes");
+    let small = manifest(dir.path(), "{memoryBytes: 65536}");
+    let o = steward(&[
+        "policy",
+        "test",
+        "--policy",
+        CHAOS_WASM,
+        "--limits-from",
+        &small,
+        &healthy,
+    ]);
+    assert_one_error_line(&o, "exceeded its memory cap of 65536 bytes");
+
+    let looping = format!(
+        "cases:\n  - name: loops\n    settings: {{fault: loop}}\n    observation:\n{}\n    expect: {{}}\n",
+        indent(OBSERVATION, 6)
+    );
+    let looping = write(dir.path(), "loop.yaml", looping.as_bytes());
+    let stopped_at = |extra: &[&str]| {
+        let mut args = vec!["policy", "test", "--policy", CHAOS_WASM];
+        args.extend_from_slice(extra);
+        args.push(&looping);
+        let o = steward(&args);
+        assert!(!o.status.success(), "{}", stdout(&o));
+        stdout(&o)
+    };
+    let deadline =
+        |ms: u32| format!("policy failed (Deadline): policy exceeded its {ms} ms deadline");
+    let out = stopped_at(&[]);
+    assert!(out.contains(&deadline(50)), "the default: {out}");
+    let from_file = manifest(dir.path(), "{deadlineMilliseconds: 30}");
+    let out = stopped_at(&["--limits-from", &from_file]);
+    assert!(out.contains(&deadline(30)), "{out}");
+    let out = stopped_at(&["--limits-from", &from_file, "--deadline-ms", "20"]);
+    assert!(out.contains(&deadline(20)), "the flag wins: {out}");
+
+    let input = write(
+        dir.path(),
+        "obs.yaml",
+        format!("{OBSERVATION}settings: {{fault: loop}}\n").as_bytes(),
+    );
+    let o = steward(&[
+        "policy",
+        "eval",
+        "--policy",
+        CHAOS_WASM,
+        "--deadline-ms",
+        "20",
+        "--input",
+        &input,
+    ]);
+    assert_one_error_line(&o, "policy exceeded its 20 ms deadline");
+}
+
+#[test]
+fn limits_above_the_operators_maximum_are_refused_as_the_operator_refuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(dir.path(), "obs.yaml", OBSERVATION.as_bytes());
+    let greedy = manifest(dir.path(), "{deadlineMilliseconds: 5000}");
+    let refusal = "spec.limits: deadlineMilliseconds 5000 is above the operator's maximum 1000";
+    assert_one_error_line(
+        &steward(&[
+            "policy",
+            "eval",
+            "--limits-from",
+            &greedy,
+            "--input",
+            &input,
+        ]),
+        refusal,
+    );
+    assert_one_error_line(
+        &steward(&[
+            "policy",
+            "test",
+            "--limits-from",
+            &greedy,
+            "policies/default/tests",
+        ]),
+        refusal,
+    );
+    assert_one_error_line(
+        &steward(&[
+            "policy",
+            "eval",
+            "--memory-bytes",
+            &(1u64 << 30).to_string(),
+            "--input",
+            &input,
+        ]),
+        "spec.limits: memoryBytes 1073741824 is above the operator's maximum 268435456",
+    );
+    // Within the maximum, the flag replaces the file's limit.
+    let o = steward(&[
+        "policy",
+        "eval",
+        "--limits-from",
+        &greedy,
+        "--deadline-ms",
+        "100",
+        "--input",
+        &input,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let not_a_policy = write(dir.path(), "cm.yaml", b"apiVersion: v1\nkind: ConfigMap\n");
+    assert_one_error_line(
+        &steward(&[
+            "policy",
+            "eval",
+            "--limits-from",
+            &not_a_policy,
+            "--input",
+            &input,
+        ]),
+        "expected one document of kind EtcdStatusPolicy",
+    );
+}
+
 #[test]
 fn inspect_shows_description_and_digest() {
     use sha2::Digest as _;
     let o = steward(&["policy", "inspect", CHAOS_WASM]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    let digest = hex::encode(sha2::Sha256::digest(std::fs::read(CHAOS_WASM).unwrap()));
+    let bytes = std::fs::read(CHAOS_WASM).unwrap();
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
     assert!(out.contains("name: chaos"), "{out}");
     assert!(out.contains(&format!("digest: sha256:{digest}")), "{out}");
     assert!(out.contains("- Available"), "{out}");
+
+    // What it takes of the limits an EtcdStatusPolicy sets.
+    let o = steward(&["policy", "inspect", CHAOS_WASM, "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        doc["componentBytes"],
+        serde_json::json!({"used": bytes.len(), "defaultLimit": 64 << 20, "maximum": 128 << 20})
+    );
+    assert_eq!(doc["instances"]["defaultLimit"], 64);
+    assert_eq!(doc["instances"]["maximum"], 128);
+    let instances = doc["instances"]["used"].as_u64().unwrap();
+    assert!((1..=64).contains(&instances), "{doc}");
+    // The count is the least `instances` it runs under, as the operator
+    // enforces it: one fewer and it does not even describe itself.
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(dir.path(), "obs.yaml", OBSERVATION.as_bytes());
+    let eval_with = |n: u64| {
+        let limits = manifest(dir.path(), &format!("{{instances: {n}}}"));
+        steward(&[
+            "policy",
+            "eval",
+            "--policy",
+            CHAOS_WASM,
+            "--limits-from",
+            &limits,
+            "--input",
+            &input,
+        ])
+    };
+    let o = eval_with(instances);
+    assert!(o.status.success(), "{}", stderr(&o));
+    if instances > 1 {
+        assert_one_error_line(&eval_with(instances - 1), "describe() failed");
+    }
+}
+
+/// `crd --help` names every CRD `crd` prints.
+#[test]
+fn crd_help_names_every_crd() {
+    let o = steward(&["crd"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let crds = stdout(&o);
+    let kinds: Vec<&str> = crds
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("kind: "))
+        .filter(|k| *k != "CustomResourceDefinition")
+        .collect();
+    assert_eq!(
+        kinds,
+        ["EtcdCluster", "EtcdMember", "EtcdStatusPolicy"],
+        "{crds}"
+    );
+    let o = steward(&["crd", "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let help = stdout(&o);
+    for kind in kinds {
+        assert!(help.contains(kind), "{help}");
+    }
 }
 
 #[test]

@@ -98,7 +98,7 @@ fn a_new_rust_policy_builds_and_passes_its_own_cases() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("4 passed, 0 failed"), "{}", text(&out));
+    assert!(text(&out).contains("5 passed, 0 failed"), "{}", text(&out));
 
     let inspected = steward(&project, &["policy", "inspect", wasm.to_str().unwrap()]);
     assert!(inspected.status.success(), "{}", text(&inspected));

@@ -121,6 +121,21 @@ fn a_pushed_policy_is_pinned_applied_and_runs() {
         );
         let p = wait_ready(&env, "raft-lag").await;
         assert_eq!(p.status.unwrap().digest.as_deref(), Some(pin.as_str()));
+        // The columns docs/api.md shows.
+        let table = kubectl(&env.plane, &["get", "esp", "raft-lag"]).await;
+        let mut lines = table
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(
+            lines.next().unwrap(),
+            [
+                "NAME", "READY", "REASON", "VERSION", "CLUSTERS", "FAILING", "AGE"
+            ]
+        );
+        assert_eq!(lines.next().unwrap()[..3], ["raft-lag", "True", "Loaded"]);
+        let wide = kubectl(&env.plane, &["get", "esp", "raft-lag", "-o", "wide"]).await;
+        let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(header[6..9], ["POLICY", "DIGEST", "DRIFTED"], "{wide}");
 
         // Pushing again replaces it in place.
         let again = push(&env, &["--configmap", "raft-lag", wasm]).await;

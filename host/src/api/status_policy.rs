@@ -213,7 +213,7 @@ pub struct EtcdStatusPolicyStatus {
 
     /// Clusters that select this policy whose last evaluation by the
     /// running version failed (a trap, the deadline, the memory cap, an
-    /// invalid verdict, a verification claim etcd did not back, or an
+    /// invalid verdict, a verdict claiming what etcd did not confirm, or an
     /// exception the SDK caught): they show the host's fallback verdict
     /// (PolicyFailed), or the SDK's (PolicyError).
     #[serde(default)]
@@ -238,9 +238,10 @@ pub struct EtcdStatusPolicyStatus {
 pub struct FailingCluster {
     pub namespace: String,
     pub name: String,
-    /// How it failed, as `etcd_steward_policy_failures_total` names it:
-    /// `Trap`, `Deadline`, `Memory`, `InvalidVerdict`, `Instantiate`,
-    /// `UnconfirmedVerification`, `PolicyError`.
+    /// How it failed: `Trap`, `Deadline`, `Memory`, `InvalidVerdict`,
+    /// `Instantiate`; the check that rejected its verdict,
+    /// `UnconfirmedVerification` or `UnconfirmedAvailability`; or
+    /// `PolicyError`, an exception its SDK caught.
     pub reason: String,
     /// The start of the failure's message, as the cluster's status has it.
     #[serde(default)]

@@ -1,4 +1,6 @@
-//! `etcd-steward crd`: print the CRDs generated from the Rust types.
+//! `etcd-steward crd`: print the CRDs generated from the Rust types
+//! (`crate::api::crds`: EtcdCluster, EtcdMember, EtcdStatusPolicy; the
+//! command's help in `super::Command` names the same three).
 
 pub fn run() -> anyhow::Result<()> {
     print!("{}", crate::api::crds_yaml());

@@ -260,6 +260,11 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         digest: format!("sha256:{}", policy.digest),
         source,
     };
+    // The EtcdStatusPolicy whose status counts this cluster's evaluations
+    // (none for the embedded default or the deprecated ConfigMap form).
+    let esp = named
+        .as_deref()
+        .filter(|_| status.source.starts_with("EtcdStatusPolicy "));
 
     // Held through validate-settings and evaluate: one pooled instance slot.
     let _slot = ctx.policies.slot().await;
@@ -284,17 +289,44 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
                 policy: status.name.clone(),
                 message,
             };
-            return Evaluated::fallback(observed, status, problem).noting(deprecation);
+            let evaluated = Evaluated::fallback(observed, status, problem);
+            record_outcome(
+                ctx,
+                &evaluated.observed.cluster,
+                esp,
+                &policy,
+                None,
+                &evaluated.verdict,
+            );
+            return evaluated.noting(deprecation);
         }
         Ok(Err(e)) => {
             ctx.metrics.observe_policy(Some(&e));
-            return Evaluated::fallback(observed, status, PolicyProblem::Failed(e))
-                .noting(deprecation);
+            let evaluated = Evaluated::fallback(observed, status, PolicyProblem::Failed(e));
+            let e = &evaluated;
+            record_outcome(
+                ctx,
+                &e.observed.cluster,
+                esp,
+                &policy,
+                e.problem.as_ref(),
+                &e.verdict,
+            );
+            return evaluated.noting(deprecation);
         }
         Err(join) => {
             let e = PolicyError::Trap(format!("the settings check thread failed: {join}"));
-            return Evaluated::fallback(observed, status, PolicyProblem::Failed(e))
-                .noting(deprecation);
+            let evaluated = Evaluated::fallback(observed, status, PolicyProblem::Failed(e));
+            let e = &evaluated;
+            record_outcome(
+                ctx,
+                &e.observed.cluster,
+                esp,
+                &policy,
+                e.problem.as_ref(),
+                &e.verdict,
+            );
+            return evaluated.noting(deprecation);
         }
     }
 
@@ -320,14 +352,18 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         ctx.metrics.count_caught_policy_error();
     }
     let judged = judge(&observed.observation, evaluation);
-    if matches!(
-        judged.problem,
-        Some(
-            PolicyProblem::UnconfirmedVerification { .. }
-                | PolicyProblem::UnconfirmedAvailability { .. }
-        )
-    ) {
-        ctx.metrics.count_rejected_verdict();
+    record_outcome(
+        ctx,
+        &observed.cluster,
+        esp,
+        &policy,
+        judged.problem.as_ref(),
+        &judged.verdict,
+    );
+    if let Some(check) = judged.problem.as_ref().and_then(PolicyProblem::rejection)
+        && check != "InvalidVerdict"
+    {
+        ctx.metrics.count_rejected_verdict(check);
     }
     if judged.verified {
         ctx.record_verified(observed.cluster.as_ref(), observed.now);
@@ -338,6 +374,39 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
         Vec::new()
     };
     Evaluated::new(observed, status, declared, judged).noting(deprecation)
+}
+
+/// Tells the policy's own status how this cluster's evaluation went: an
+/// EtcdStatusPolicy whose evaluations fail is Degraded, naming the clusters.
+fn record_outcome(
+    ctx: &Context,
+    cluster: &crate::api::EtcdCluster,
+    esp: Option<&str>,
+    policy: &crate::policy::LoadedPolicy,
+    problem: Option<&PolicyProblem>,
+    verdict: &Verdict,
+) {
+    use crate::policy::EvaluationOutcome;
+    let caught = caught_by_sdk(verdict).then(|| {
+        verdict
+            .condition(AVAILABLE)
+            .map_or(String::new(), |c| c.message.clone())
+    });
+    let failed: Option<(&str, String)> = match (problem, caught) {
+        (Some(PolicyProblem::Failed(e)), _) => Some((e.kind().as_str(), e.to_string())),
+        // The cluster's settings, or a policy that never ran: not the
+        // policy failing an evaluation.
+        (Some(PolicyProblem::InvalidSettings { .. } | PolicyProblem::Unavailable(_)), _) => None,
+        (Some(p), _) => Some((p.rejection().unwrap_or(p.reason()), p.message())),
+        (None, Some(message)) => Some((crate::conditions::reason::POLICY_ERROR, message)),
+        (None, None) => None,
+    };
+    let outcome = match &failed {
+        Some((kind, message)) => EvaluationOutcome::Failed { kind, message },
+        None => EvaluationOutcome::Answered,
+    };
+    ctx.policies
+        .record_evaluation(cluster, esp, policy, outcome);
 }
 
 /// A verdict an SDK returned for an exception it caught in the policy's

@@ -40,12 +40,15 @@ pub struct LoadKey {
 }
 
 impl LoadKey {
-    /// The source and the version read, as messages name them.
+    /// The source and the version read, as messages name them. A bare
+    /// number after the source reads as a line or a count, so the version
+    /// is named for what it is.
     pub fn origin(&self) -> String {
-        if self.version.is_empty() {
-            self.source.clone()
-        } else {
-            format!("{} at {}", self.source, self.version)
+        match self.version.as_str() {
+            "" => self.source.clone(),
+            "?" => format!("{} (could not be read)", self.source),
+            "-" => format!("{} (holds no component)", self.source),
+            version => format!("{} at resourceVersion {version}", self.source),
         }
     }
 
@@ -147,10 +150,11 @@ pub enum EvaluationOutcome<'a> {
     /// The policy answered: its verdict was written as it is, or it
     /// refused the cluster's settings (the cluster's fault, not its own).
     Answered,
-    /// The policy failed: `kind` as `etcd_steward_policy_failures_total`
-    /// names it (`Trap`, `Deadline`, `Memory`, `InvalidVerdict`,
-    /// `Instantiate`, `UnconfirmedVerification`, or `PolicyError` for an
-    /// exception its SDK caught), and the message the cluster shows.
+    /// The policy failed: `kind` says how (the error's kind, `Trap`,
+    /// `Deadline`, `Memory`, `InvalidVerdict`, `Instantiate`; the check
+    /// that rejected its verdict, `UnconfirmedVerification`,
+    /// `UnconfirmedAvailability`; or `PolicyError` for an exception its SDK
+    /// caught), and `message` is what the cluster's status says of it.
     Failed { kind: &'a str, message: &'a str },
 }
 

@@ -79,5 +79,47 @@ impl PolicyError {
 /// A wasmtime error and its context chain on one line, for a condition
 /// message or a CLI error.
 pub(super) fn wasm_error(e: &wasmtime::Error) -> String {
-    crate::text::one_line(&format!("{e:#}"))
+    crate::text::one_line(&without_backtrace_notes(&format!("{e:#}")))
+}
+
+/// What Rust's panic hook appends to a panic message. A Rust policy's
+/// panic reaches a status and an Event through its captured stderr, where
+/// the advice to set an environment variable is addressed to no one: the
+/// policy runs inside the operator, and gets no backtrace either way.
+const BACKTRACE_NOTES: [&str; 2] = [
+    "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace",
+    "note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.",
+];
+
+/// `text` without the panic hook's backtrace notes.
+pub(super) fn without_backtrace_notes(text: &str) -> String {
+    BACKTRACE_NOTES
+        .iter()
+        .fold(text.to_owned(), |text, note| text.replace(note, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_message_loses_the_backtrace_note_and_keeps_the_rest() {
+        let stderr = "thread '<unnamed>' panicked at src/lib.rs:88:24:\n\
+                      chaos policy: deliberate panic\n\
+                      note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        let kept = without_backtrace_notes(stderr);
+        assert!(!kept.contains("RUST_BACKTRACE"), "{kept}");
+        assert_eq!(
+            crate::text::one_line(&kept),
+            "thread '<unnamed>' panicked at src/lib.rs:88:24: chaos policy: deliberate panic"
+        );
+        let full = "panicked\nnote: Some details are omitted, run with `RUST_BACKTRACE=full` \
+                    for a verbose backtrace.\n";
+        assert_eq!(
+            crate::text::one_line(&without_backtrace_notes(full)),
+            "panicked"
+        );
+        let other = "note: run with care";
+        assert_eq!(without_backtrace_notes(other), other);
+    }
 }

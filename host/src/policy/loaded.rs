@@ -5,7 +5,7 @@
 use steward_policy_sdk::{Observation, PolicyInfo};
 use wasmtime::Store;
 
-use super::error::{PolicyError, wasm_error};
+use super::error::{PolicyError, wasm_error, without_backtrace_notes};
 use super::limits::Limits;
 use super::sandbox::HostState;
 use super::verdict::{self, Evaluation};
@@ -142,7 +142,7 @@ impl LoadedPolicy {
         match stage {
             Stage::Instantiate => PolicyError::Instantiate(what),
             Stage::Call(name) => {
-                let stderr = store.data().stderr.contents();
+                let stderr = without_backtrace_notes(&store.data().stderr.contents());
                 let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
                 if stderr.is_empty() {
                     PolicyError::Trap(format!("{name}: {what}"))

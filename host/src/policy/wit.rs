@@ -291,6 +291,30 @@ macro_rules! shared_conversions {
             }
         }
 
+        impl From<$wit::Condition> for sdk::Condition {
+            fn from(c: $wit::Condition) -> Self {
+                Self {
+                    type_: c.type_,
+                    status: c.status.into(),
+                    reason: c.reason,
+                    message: c.message,
+                }
+            }
+        }
+
+        impl From<$wit::Event> for sdk::Event {
+            fn from(e: $wit::Event) -> Self {
+                Self {
+                    type_: match e.type_ {
+                        $wit::EventType::Normal => sdk::EventType::Normal,
+                        $wit::EventType::Warning => sdk::EventType::Warning,
+                    },
+                    reason: e.reason,
+                    message: e.message,
+                }
+            }
+        }
+
         impl From<$wit::PolicyInfo> for sdk::PolicyInfo {
             fn from(i: $wit::PolicyInfo) -> Self {
                 Self {
@@ -413,31 +437,11 @@ impl From<&sdk::QuorumFinding> for v0_2::QuorumFinding {
 impl From<v0_2::Verdict> for Returned {
     fn from(v: v0_2::Verdict) -> Self {
         let verdict = sdk::Verdict {
-            conditions: v
-                .conditions
-                .into_iter()
-                .map(|c| sdk::Condition {
-                    type_: c.type_,
-                    status: c.status.into(),
-                    reason: c.reason,
-                    message: c.message,
-                })
-                .collect(),
+            conditions: v.conditions.into_iter().map(Into::into).collect(),
             ready_members: v.ready_members,
             decline_verification: v.decline_verification,
             requeue_after_ms: v.requeue_after_ms,
-            events: v
-                .events
-                .into_iter()
-                .map(|e| sdk::Event {
-                    type_: match e.type_ {
-                        v0_2::EventType::Normal => sdk::EventType::Normal,
-                        v0_2::EventType::Warning => sdk::EventType::Warning,
-                    },
-                    reason: e.reason,
-                    message: e.message,
-                })
-                .collect(),
+            events: v.events.into_iter().map(Into::into).collect(),
         };
         Returned {
             verdict,
@@ -450,33 +454,13 @@ impl From<v0_1::Verdict> for Returned {
     fn from(v: v0_1::Verdict) -> Self {
         let claims_verified = v.verified;
         let verdict = sdk::Verdict {
-            conditions: v
-                .conditions
-                .into_iter()
-                .map(|c| sdk::Condition {
-                    type_: c.type_,
-                    status: c.status.into(),
-                    reason: c.reason,
-                    message: c.message,
-                })
-                .collect(),
+            conditions: v.conditions.into_iter().map(Into::into).collect(),
             ready_members: v.ready_members,
             // 0.1.0 could only claim or not; not claiming is declining.
             decline_verification: (!claims_verified)
                 .then(|| "the policy (steward:status@0.1.0) did not verify the cluster".to_owned()),
             requeue_after_ms: v.requeue_after_ms,
-            events: v
-                .events
-                .into_iter()
-                .map(|e| sdk::Event {
-                    type_: match e.type_ {
-                        v0_1::EventType::Normal => sdk::EventType::Normal,
-                        v0_1::EventType::Warning => sdk::EventType::Warning,
-                    },
-                    reason: e.reason,
-                    message: e.message,
-                })
-                .collect(),
+            events: v.events.into_iter().map(Into::into).collect(),
         };
         Returned {
             verdict,

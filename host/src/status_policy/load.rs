@@ -249,7 +249,10 @@ mod tests {
     async fn an_apiserver_that_does_not_answer_is_retried() {
         let entry = load(&policy(config_map(), PolicyLimits::default()), None).await;
         let (source, failure) = failure(&entry);
-        assert_eq!(source, "configMap ops/cm key policy.wasm at ?");
+        assert_eq!(
+            source,
+            "configMap ops/cm key policy.wasm (could not be read)"
+        );
         assert_eq!(failure.reason, "SourceUnreachable");
         assert!(failure.transient);
         assert!(
@@ -377,7 +380,7 @@ mod tests {
             &LoadFailure {
                 reason: "DigestMismatch",
                 message: format!(
-                    "the component from configMap ops/cm key policy.wasm at 7 is {}, but spec.digest pins {pinned_digest}; it was not run",
+                    "the component from configMap ops/cm key policy.wasm at resourceVersion 7 is {}, but spec.digest pins {pinned_digest}; it was not run",
                     pin(&bytes)
                 ),
                 transient: false,

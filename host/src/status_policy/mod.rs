@@ -10,8 +10,9 @@
 //!
 //! - `load` loads the version the spec pins, off the cluster reconcile
 //!   path, in phases that each return a typed outcome (`fetch`, `pin`,
-//!   `failure`). Its outcome is a catalog entry: a policy that runs, or
-//!   why none does, with a reason and whether it is transient.
+//!   `failure`). Its outcome is a catalog entry: a policy that runs (and,
+//!   while the pin stays, whether its source came to hold something else),
+//!   or why none does, with a reason and whether it is transient.
 //! - `swap` puts that entry in the catalog whole, if it differs from what
 //!   runs, and announces a new failure in a Warning Event.
 //! - `status` computes the status from that entry, which is written
@@ -35,6 +36,8 @@ mod load;
 mod pin;
 mod status;
 mod swap;
+
+pub(crate) use pin::limits_of;
 
 use std::collections::HashSet;
 use std::sync::Arc;

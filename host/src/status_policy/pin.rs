@@ -100,7 +100,8 @@ impl Pinned {
 }
 
 /// The limits in force: the spec's, the operator's defaults for the rest.
-fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
+/// `policy test` and `policy eval` apply a manifest's limits with it too.
+pub(crate) fn limits_of(policy: &EtcdStatusPolicy, defaults: &Limits) -> Limits {
     let spec = &policy.spec.limits;
     Limits {
         // The schema's minimums keep these positive.

@@ -360,7 +360,7 @@ mod tests {
         );
         assert_eq!(
             status.condition(SOURCE_DRIFTED).unwrap().message,
-            "configMap ops/cm key policy.wasm at 7 holds the pinned component"
+            "configMap ops/cm key policy.wasm at resourceVersion 7 holds the pinned component"
         );
 
         let next = "sha256:bb".to_owned();
@@ -380,10 +380,10 @@ mod tests {
         assert_eq!(
             status.condition(SOURCE_DRIFTED).unwrap().message,
             format!(
-                "configMap ops/cm key policy.wasm at 8 now holds sha256:bb, not the pinned \
-                 {pinned}; the pinned version, loaded from configMap ops/cm key policy.wasm at 7, \
-                 keeps running, and the new component does not run until spec.digest pins \
-                 sha256:bb"
+                "configMap ops/cm key policy.wasm at resourceVersion 8 now holds sha256:bb, not \
+                 the pinned {pinned}; the pinned version, loaded from configMap ops/cm key \
+                 policy.wasm at resourceVersion 7, keeps running, and the new component does \
+                 not run until spec.digest pins sha256:bb"
             )
         );
         assert_eq!(

@@ -590,3 +590,23 @@ pub fn run<F: Future<Output = ()>>(f: F) {
         .unwrap()
         .block_on(f);
 }
+
+impl Env {
+    /// Stops a member's etcd as a node shutting down (or a kubelet stopping
+    /// the container) does: SIGTERM to its process. etcd hands leadership
+    /// over and exits cleanly; with `restartPolicy: Never` the Pod ends
+    /// Succeeded and the operator recreates it on the same PVC. Returns the
+    /// PID signalled.
+    pub fn sigterm_member(&self, member: &str) -> u32 {
+        use nix::sys::signal::{Signal, kill};
+        let pid = self
+            .plane
+            .kubelet()
+            .pod(NS, member)
+            .and_then(|p| p.pid)
+            .unwrap_or_else(|| panic!("the local kubelet runs no etcd for {member}"));
+        kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGTERM)
+            .unwrap_or_else(|e| panic!("SIGTERM to {member}'s etcd (pid {pid}): {e}"));
+        pid
+    }
+}

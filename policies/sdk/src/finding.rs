@@ -206,3 +206,179 @@ impl QuorumFinding {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EndpointProbe, EndpointStatus, EtcdMember, ProbeError, ProbeErrorKind};
+
+    fn answer(id: u64, leader: u64) -> EndpointProbe {
+        EndpointProbe {
+            member: format!("m{id}"),
+            endpoint: format!("http://m{id}:2379"),
+            outcome: ProbeOutcome::Answered(EndpointStatus {
+                member_id: id,
+                leader_id: leader,
+                ..EndpointStatus::default()
+            }),
+        }
+    }
+
+    fn silent(id: u64) -> EndpointProbe {
+        EndpointProbe {
+            member: format!("m{id}"),
+            endpoint: format!("http://m{id}:2379"),
+            outcome: ProbeOutcome::Failed(ProbeError {
+                kind: ProbeErrorKind::Timeout,
+                message: "deadline".into(),
+            }),
+        }
+    }
+
+    fn listed(ids: &[u64]) -> MemberListOutcome {
+        MemberListOutcome::Listed(
+            ids.iter()
+                .map(|&id| EtcdMember {
+                    id,
+                    ..EtcdMember::default()
+                })
+                .collect(),
+        )
+    }
+
+    fn report(endpoints: Vec<EndpointProbe>, list: MemberListOutcome, read: bool) -> ProbeReport {
+        ProbeReport {
+            endpoints,
+            member_list: list,
+            quorum_read: if read {
+                QuorumReadOutcome::Succeeded
+            } else {
+                QuorumReadOutcome::Failed(ProbeError {
+                    kind: ProbeErrorKind::Timeout,
+                    message: "etcdserver: request timed out".into(),
+                })
+            },
+        }
+    }
+
+    fn verified(r: &ProbeReport) -> VerifiedQuorum {
+        match QuorumFinding::of_report(r) {
+            QuorumFinding::Verified(q) => q,
+            other => panic!("expected verified, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_stale_leader_that_answers_first_does_not_outvote_the_majority() {
+        // m1 still believes 9 leads; m2 and m3 agree on 2.
+        let r = report(
+            vec![answer(1, 9), answer(2, 2), answer(3, 2)],
+            listed(&[1, 2, 3]),
+            true,
+        );
+        let q = verified(&r);
+        assert_eq!(q.leader, Some(2));
+        assert_eq!(q.agreeing, [2, 3]);
+        assert_eq!(q.voters, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_tie_names_the_lowest_id() {
+        let r = report(vec![answer(1, 7), answer(2, 5)], listed(&[1, 2, 3]), true);
+        assert_eq!(verified(&r).leader, Some(5));
+    }
+
+    #[test]
+    fn a_read_proves_a_quorum_even_with_one_member_answering_and_no_list() {
+        let r = report(
+            vec![answer(1, 1), silent(2), silent(3)],
+            MemberListOutcome::Failed(ProbeError {
+                kind: ProbeErrorKind::Timeout,
+                message: "deadline".into(),
+            }),
+            true,
+        );
+        let q = verified(&r);
+        assert!(q.voters.is_empty(), "no list, no voters");
+        assert_eq!(q.agreeing, [1]);
+    }
+
+    #[test]
+    fn status_answers_alone_never_verify() {
+        let r = report(
+            vec![answer(1, 1), answer(2, 1), answer(3, 1)],
+            listed(&[1, 2, 3]),
+            false,
+        );
+        let f = QuorumFinding::of_report(&r);
+        assert!(f.shows_no_quorum(), "{f:?}");
+        assert!(
+            f.unverified()
+                .unwrap()
+                .message
+                .contains("linearizable read failed")
+        );
+    }
+
+    #[test]
+    fn nobody_answering_is_unreachable_and_not_probing_is_not_probed() {
+        let mut r = report(
+            vec![silent(1), silent(2)],
+            MemberListOutcome::NotAttempted,
+            false,
+        );
+        r.quorum_read = QuorumReadOutcome::NotAttempted;
+        let f = QuorumFinding::of_report(&r);
+        assert_eq!(
+            f.unverified().map(|u| u.kind),
+            Some(UnverifiedKind::Unreachable)
+        );
+        let f = QuorumFinding::of(&Probing::Skipped("every member is dormant".into()));
+        assert_eq!(
+            f.unverified().map(|u| u.kind),
+            Some(UnverifiedKind::NotProbed)
+        );
+    }
+
+    #[test]
+    fn learners_and_members_etcd_does_not_list_as_voters_never_agree() {
+        let mut learner = answer(4, 2);
+        if let ProbeOutcome::Answered(s) = &mut learner.outcome {
+            s.is_learner = true;
+        }
+        let r = report(
+            vec![answer(1, 2), learner, answer(5, 2)],
+            listed(&[1, 2, 3]),
+            true,
+        );
+        assert_eq!(verified(&r).agreeing, [1]);
+    }
+
+    #[test]
+    fn a_file_may_state_the_finding_only_as_probing_shows_it() {
+        let file = |quorum: serde_json::Value| {
+            let mut o = serde_json::json!({
+                "spec": {"desiredReplicas": 1},
+                "probing": {"Attempted": {
+                    "endpoints": [{"member": "m1", "endpoint": "http://m1:2379",
+                        "outcome": {"Answered": {"memberId": "1", "leaderId": "1"}}}],
+                    "quorumRead": "Succeeded"
+                }},
+                "now": 1
+            });
+            if !quorum.is_null() {
+                o["quorum"] = quorum;
+            }
+            o.to_string()
+        };
+        let parsed: crate::Observation =
+            serde_json::from_str(&file(serde_json::Value::Null)).unwrap();
+        assert!(parsed.quorum.is_verified(), "computed when left out");
+        let same: crate::Observation =
+            serde_json::from_str(&file(serde_json::to_value(&parsed.quorum).unwrap())).unwrap();
+        assert_eq!(same, parsed, "stating exactly the finding is accepted");
+        let wrong = file(serde_json::json!({"Unverified": {"kind": "NoQuorum", "message": "x"}}));
+        let err = serde_json::from_str::<crate::Observation>(&wrong).unwrap_err();
+        assert!(err.to_string().contains("the host's finding"), "{err}");
+    }
+}

@@ -9,7 +9,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 use steward_policy_sdk::Observation;
 
-use crate::policy::{EngineConfig, LoadedPolicy, PolicyEngine};
+use crate::api::{EtcdStatusPolicy, EtcdStatusPolicySpec};
+use crate::policy::{EngineConfig, Limits, LoadedPolicy, PolicyEngine};
 
 pub mod new;
 pub mod push;
@@ -26,7 +27,8 @@ pub enum PolicyCommand {
     Schema,
     /// Evaluate one observation and print the verdict.
     Eval(EvalArgs),
-    /// Print what a policy component says about itself, and its digest.
+    /// Print what a policy component says about itself, its digest, and
+    /// its size and core instances against the limits.
     Inspect(InspectArgs),
     /// Put a component in a ConfigMap of the operator's namespace or in an
     /// OCI registry, and print the EtcdStatusPolicy that pins it.
@@ -39,7 +41,86 @@ pub struct PolicySelection {
     #[arg(long, value_name = "FILE.wasm")]
     pub policy: Option<PathBuf>,
     #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
     pub cache: CacheArgs,
+}
+
+/// The limits the policy runs under, set as an EtcdStatusPolicy's
+/// spec.limits sets them, so that what is tried here is what the operator
+/// enforces. Without any, the operator's defaults.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// The spec.limits of this EtcdStatusPolicy manifest (the one
+    /// document of that kind in the file).
+    #[arg(long, value_name = "FILE.yaml", help_heading = LIMITS)]
+    pub limits_from: Option<PathBuf>,
+    /// deadlineMilliseconds; overrides --limits-from.
+    #[arg(long, value_name = "MS", help_heading = LIMITS,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    pub deadline_ms: Option<i32>,
+    /// memoryBytes; overrides --limits-from.
+    #[arg(long, value_name = "BYTES", help_heading = LIMITS,
+          value_parser = clap::value_parser!(i64).range(65536..))]
+    pub memory_bytes: Option<i64>,
+    /// componentBytes; overrides --limits-from.
+    #[arg(long, value_name = "BYTES", help_heading = LIMITS,
+          value_parser = clap::value_parser!(i64).range(8..))]
+    pub component_bytes: Option<i64>,
+}
+
+const LIMITS: &str = "Limits (as spec.limits sets them; the operator's defaults for the rest)";
+
+impl LimitArgs {
+    /// The limits asked for, or None when none are (the operator's
+    /// defaults). Limits above the operator's maximum are refused with the
+    /// message the operator gives such an EtcdStatusPolicy.
+    fn resolve(&self, engine: &PolicyEngine) -> anyhow::Result<Option<Limits>> {
+        let flags = self.deadline_ms.is_some()
+            || self.memory_bytes.is_some()
+            || self.component_bytes.is_some();
+        let mut policy = match &self.limits_from {
+            Some(path) => status_policy_in(path)?,
+            None if !flags => return Ok(None),
+            // Only its limits are read.
+            None => EtcdStatusPolicy::new(
+                "",
+                EtcdStatusPolicySpec {
+                    digest: String::new(),
+                    source: Default::default(),
+                    limits: Default::default(),
+                },
+            ),
+        };
+        let spec = &mut policy.spec.limits;
+        spec.deadline_milliseconds = self.deadline_ms.or(spec.deadline_milliseconds);
+        spec.memory_bytes = self.memory_bytes.or(spec.memory_bytes);
+        spec.component_bytes = self.component_bytes.or(spec.component_bytes);
+        // As the operator makes them: the same function, the same defaults
+        // and maximum (its own may be raised with `run --policy-max-*`).
+        let limits = crate::status_policy::limits_of(&policy, engine.limits());
+        if let Some(over) = limits.exceeding(engine.maximum()) {
+            anyhow::bail!(
+                "spec.limits: {over} (the operator refuses such an EtcdStatusPolicy: LimitsExceeded)"
+            );
+        }
+        Ok(Some(limits))
+    }
+}
+
+/// The one EtcdStatusPolicy in a YAML file of one or more documents (what
+/// `policy push` prints, or a file that also holds its ConfigMap).
+fn status_policy_in(path: &std::path::Path) -> anyhow::Result<EtcdStatusPolicy> {
+    let at = || format!("--limits-from {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(at)?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).with_context(at)?;
+    let mut policies = docs
+        .into_iter()
+        .filter(|doc| doc["kind"] == "EtcdStatusPolicy");
+    let (Some(policy), None) = (policies.next(), policies.next()) else {
+        anyhow::bail!("{}: expected one document of kind EtcdStatusPolicy", at());
+    };
+    serde_json::from_value(policy).with_context(|| format!("{}: EtcdStatusPolicy", at()))
 }
 
 #[derive(Debug, Args)]
@@ -153,14 +234,38 @@ fn engine(cache: &CacheArgs) -> anyhow::Result<PolicyEngine> {
 }
 
 fn select(engine: &PolicyEngine, selection: &PolicySelection) -> anyhow::Result<Arc<LoadedPolicy>> {
-    match &selection.policy {
-        Some(path) => Ok(engine.load_file(path)?),
-        None => Ok(engine.default_policy()),
-    }
+    let Some(limits) = selection.limits.resolve(engine)? else {
+        return match &selection.policy {
+            Some(path) => Ok(engine.load_file(path)?),
+            None => Ok(engine.default_policy()),
+        };
+    };
+    Ok(match &selection.policy {
+        Some(path) => {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            engine
+                .load_with(&bytes, &limits)
+                .with_context(|| path.display().to_string())?
+        }
+        None => engine.load_with(crate::policy::DEFAULT_POLICY_WASM, &limits)?,
+    })
 }
 
 fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
-    let files = test::load(&args.paths)?;
+    let files = match test::load(&args.paths) {
+        Ok(files) => files,
+        Err(e) => {
+            let policy = args
+                .selection
+                .policy
+                .as_ref()
+                .map_or("the embedded default policy".into(), |p| {
+                    p.display().to_string()
+                });
+            return test::unloadable(e, &policy, args.format);
+        }
+    };
     let engine = engine(&args.selection.cache)?;
     let policy = select(&engine, &args.selection)?;
     test::run(&policy, &files, args.run.as_ref(), args.format)
@@ -214,11 +319,28 @@ struct Inspection {
     digest: String,
     condition_types: Vec<String>,
     settings_schema: serde_json::Value,
+    /// The component's size in bytes, against spec.limits.componentBytes.
+    component_bytes: Usage,
+    /// Core instances one evaluation creates, against spec.limits.instances.
+    instances: Usage,
+}
+
+/// What a component takes of one limit: what a policy that sets none gets,
+/// and the most an EtcdStatusPolicy may ask for.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Usage {
+    used: u64,
+    default_limit: u64,
+    maximum: u64,
 }
 
 fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.cache)?;
     let policy = engine.load_file(&args.file)?;
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let (defaults, maximum) = (engine.limits(), engine.maximum());
     let info = &policy.info;
     let inspection = Inspection {
         name: info.name.clone(),
@@ -228,9 +350,45 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         // Shown as a structure when it parses, as the text it is otherwise.
         settings_schema: serde_json::from_str(&info.settings_schema)
             .unwrap_or_else(|_| serde_json::Value::String(info.settings_schema.clone())),
+        component_bytes: Usage {
+            used: bytes.len() as u64,
+            default_limit: defaults.component_bytes as u64,
+            maximum: maximum.component_bytes as u64,
+        },
+        instances: Usage {
+            used: core_instances(&engine, &bytes).into(),
+            default_limit: defaults.instances.into(),
+            maximum: maximum.instances.into(),
+        },
     };
     print(&inspection, args.output)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The core instances one instantiation of a component creates, which
+/// loads under the default limits. wasmtime counts them only against a
+/// limit, so this is the smallest `instances` the component loads under:
+/// the count exactly as the operator enforces it. A load instantiates it
+/// once (describe()), from the compiled component the first load left.
+fn core_instances(engine: &PolicyEngine, bytes: &[u8]) -> u32 {
+    let loads = |instances| {
+        let limits = Limits {
+            instances,
+            ..engine.limits().clone()
+        };
+        engine.load_with(bytes, &limits).is_ok()
+    };
+    // It loads under `high`, and under nothing below `low`.
+    let (mut low, mut high) = (1, engine.limits().instances);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if loads(mid) {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    high
 }
 
 fn print(value: &impl Serialize, format: Format) -> anyhow::Result<()> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::ValueEnum;
 use regex::Regex;
 use serde::Serialize;
-use steward_policy_sdk::testing::{self, Case, CaseFile, Outcome};
+use steward_policy_sdk::testing::{self, Case, CaseFile, CaseFileError, Outcome};
 
 use crate::cluster::evaluate::{PolicyProblem, judge};
 use crate::policy::{LoadedPolicy, PolicyError};
@@ -39,8 +39,35 @@ pub struct CaseResult {
 
 /// Parses every case file, so that a broken one fails at once, before the
 /// policy is compiled.
-pub fn load(paths: &[PathBuf]) -> anyhow::Result<Vec<CaseFile>> {
-    Ok(testing::load_cases(paths)?)
+pub fn load(paths: &[PathBuf]) -> Result<Vec<CaseFile>, CaseFileError> {
+    testing::load_cases(paths)
+}
+
+/// A case file that cannot be used fails the run before `policy` is
+/// compiled. A CI system that collects the report must still see why, not
+/// an empty or missing report: in JUnit and JSON the file is one failed
+/// case, whose problem is the error (`file:line:column: field: ...` for one
+/// that does not parse). As text, the error line is the report.
+pub fn unloadable(error: CaseFileError, policy: &str, report: Report) -> anyhow::Result<ExitCode> {
+    let file = match &error {
+        CaseFileError::Io { path, .. }
+        | CaseFileError::Parse { path, .. }
+        | CaseFileError::Invalid { path, .. } => path.clone(),
+    };
+    let results = [CaseResult {
+        file,
+        name: "the case file loads".to_owned(),
+        passed: false,
+        problems: vec![error.to_string()],
+        time: Duration::ZERO,
+    }];
+    match report {
+        Report::Text => return Err(error.into()),
+        Report::Junit => print!("{}", junit(policy, &results)?),
+        Report::Json => println!("{}", json(&results)?),
+    }
+    eprintln!("error: {error}");
+    Ok(ExitCode::FAILURE)
 }
 
 pub fn run(
