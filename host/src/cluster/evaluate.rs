@@ -282,52 +282,32 @@ pub async fn evaluate(observed: Observed, ctx: &Context) -> Evaluated {
                 .await
         }
     };
-    match checked {
-        Ok(Ok(())) => {}
-        Ok(Err(PolicyError::Settings(message))) => {
-            let problem = PolicyProblem::InvalidSettings {
-                policy: status.name.clone(),
-                message,
-            };
-            let evaluated = Evaluated::fallback(observed, status, problem);
-            record_outcome(
-                ctx,
-                &evaluated.observed.cluster,
-                esp,
-                &policy,
-                None,
-                &evaluated.verdict,
-            );
-            return evaluated.noting(deprecation);
-        }
+    let refused = match checked {
+        Ok(Ok(())) => None,
+        Ok(Err(PolicyError::Settings(message))) => Some(PolicyProblem::InvalidSettings {
+            policy: status.name.clone(),
+            message,
+        }),
         Ok(Err(e)) => {
             ctx.metrics.observe_policy(Some(&e));
-            let evaluated = Evaluated::fallback(observed, status, PolicyProblem::Failed(e));
-            let e = &evaluated;
-            record_outcome(
-                ctx,
-                &e.observed.cluster,
-                esp,
-                &policy,
-                e.problem.as_ref(),
-                &e.verdict,
-            );
-            return evaluated.noting(deprecation);
+            Some(PolicyProblem::Failed(e))
         }
-        Err(join) => {
-            let e = PolicyError::Trap(format!("the settings check thread failed: {join}"));
-            let evaluated = Evaluated::fallback(observed, status, PolicyProblem::Failed(e));
-            let e = &evaluated;
-            record_outcome(
-                ctx,
-                &e.observed.cluster,
-                esp,
-                &policy,
-                e.problem.as_ref(),
-                &e.verdict,
-            );
-            return evaluated.noting(deprecation);
-        }
+        Err(join) => Some(PolicyProblem::Failed(PolicyError::Trap(format!(
+            "the settings check thread failed: {join}"
+        )))),
+    };
+    if let Some(problem) = refused {
+        let evaluated = Evaluated::fallback(observed, status, problem);
+        let e = &evaluated;
+        record_outcome(
+            ctx,
+            &e.observed.cluster,
+            esp,
+            &policy,
+            e.problem.as_ref(),
+            &e.verdict,
+        );
+        return evaluated.noting(deprecation);
     }
 
     // wasmtime-wasi's synchronous bindings block on the runtime, which must
