@@ -373,3 +373,38 @@ async fn evaluating_from_spawn_blocking_works() {
         .expect("no host panic");
     assert_fallback(&evaluation, ErrorKind::Trap, "deliberate panic");
 }
+
+/// A component built against `steward:status@0.1.0` still loads, receives
+/// the 0.1.0 observation, and its `verified: true` comes back as a claim the
+/// host checks (a 0.2.0 verdict can make none).
+#[test]
+fn a_component_of_the_previous_contract_loads_and_its_claim_is_checked() {
+    use etcd_steward::cluster::evaluate::judge;
+    let old = ENGINE
+        .load_file(env!("STEWARD_COMPAT_V0_1_POLICY_WASM"))
+        .expect("a 0.1.0 component loads");
+    assert_eq!(old.contract(), "steward:status@0.1.0");
+    assert_eq!(chaos().contract(), "steward:status@0.2.0");
+    assert!(
+        old.info
+            .condition_types
+            .contains(&"CompatDeclared".to_owned())
+    );
+
+    // Probed, a read went through: the claim is true and stands.
+    let obs = observation(serde_json::json!({"claim": "verified"}));
+    let evaluation = old.evaluate(&obs);
+    assert!(evaluation.claims_verified, "{evaluation:?}");
+    let judged = judge(&obs, evaluation);
+    assert!(judged.problem.is_none(), "{:?}", judged.problem);
+    assert!(judged.verified);
+
+    // The same claim when no member answered: rejected.
+    let mut silent = obs.clone();
+    silent.probing = Probing::Skipped("every member is dormant".into());
+    silent.quorum = steward_policy_sdk::QuorumFinding::of(&silent.probing);
+    let judged = judge(&silent, old.evaluate(&silent));
+    let problem = judged.problem.expect("the claim is rejected");
+    assert_eq!(problem.rejection(), Some("UnconfirmedVerification"));
+    assert!(!judged.verified);
+}

@@ -291,6 +291,55 @@ macro_rules! shared_conversions {
             }
         }
 
+        impl From<&sdk::ClusterRef> for $wit::ClusterRef {
+            fn from(c: &sdk::ClusterRef) -> Self {
+                Self {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    uid: c.uid.clone(),
+                    generation: c.generation,
+                }
+            }
+        }
+
+        impl From<&sdk::ClusterSpec> for $wit::ClusterSpec {
+            fn from(s: &sdk::ClusterSpec) -> Self {
+                Self {
+                    desired_replicas: s.desired_replicas,
+                    version: s.version.clone(),
+                    quota_backend_bytes: s.quota_backend_bytes,
+                }
+            }
+        }
+
+        impl From<&sdk::Probing> for $wit::Probing {
+            fn from(p: &sdk::Probing) -> Self {
+                match p {
+                    sdk::Probing::Attempted(report) => Self::Attempted(report.into()),
+                    sdk::Probing::Skipped(why) => Self::Skipped(why.clone()),
+                }
+            }
+        }
+
+        impl From<&sdk::History> for $wit::History {
+            fn from(h: &sdk::History) -> Self {
+                Self {
+                    last_verified: h.last_verified,
+                    unverified_streak: h.unverified_streak,
+                    previous_conditions: h
+                        .previous_conditions
+                        .iter()
+                        .map(|c| $wit::PreviousCondition {
+                            type_: c.type_.clone(),
+                            status: c.status.into(),
+                            reason: c.reason.clone(),
+                            since: c.since,
+                        })
+                        .collect(),
+                }
+            }
+        }
+
         impl From<$wit::Condition> for sdk::Condition {
             fn from(c: $wit::Condition) -> Self {
                 Self {
@@ -334,39 +383,13 @@ shared_conversions!(v0_1);
 impl From<&sdk::Observation> for v0_2::Observation {
     fn from(o: &sdk::Observation) -> Self {
         Self {
-            cluster: v0_2::ClusterRef {
-                namespace: o.cluster.namespace.clone(),
-                name: o.cluster.name.clone(),
-                uid: o.cluster.uid.clone(),
-                generation: o.cluster.generation,
-            },
-            spec: v0_2::ClusterSpec {
-                desired_replicas: o.spec.desired_replicas,
-                version: o.spec.version.clone(),
-                quota_backend_bytes: o.spec.quota_backend_bytes,
-            },
+            cluster: (&o.cluster).into(),
+            spec: (&o.spec).into(),
             phase: o.phase.into(),
             members: o.members.iter().map(Into::into).collect(),
-            probing: match &o.probing {
-                sdk::Probing::Attempted(report) => v0_2::Probing::Attempted(report.into()),
-                sdk::Probing::Skipped(why) => v0_2::Probing::Skipped(why.clone()),
-            },
+            probing: (&o.probing).into(),
             quorum: (&o.quorum).into(),
-            history: v0_2::History {
-                last_verified: o.history.last_verified,
-                unverified_streak: o.history.unverified_streak,
-                previous_conditions: o
-                    .history
-                    .previous_conditions
-                    .iter()
-                    .map(|c| v0_2::PreviousCondition {
-                        type_: c.type_.clone(),
-                        status: c.status.into(),
-                        reason: c.reason.clone(),
-                        since: c.since,
-                    })
-                    .collect(),
-            },
+            history: (&o.history).into(),
             now: o.now,
             settings: o.settings.clone(),
         }
@@ -376,38 +399,12 @@ impl From<&sdk::Observation> for v0_2::Observation {
 impl From<&sdk::Observation> for v0_1::Observation {
     fn from(o: &sdk::Observation) -> Self {
         Self {
-            cluster: v0_1::ClusterRef {
-                namespace: o.cluster.namespace.clone(),
-                name: o.cluster.name.clone(),
-                uid: o.cluster.uid.clone(),
-                generation: o.cluster.generation,
-            },
-            spec: v0_1::ClusterSpec {
-                desired_replicas: o.spec.desired_replicas,
-                version: o.spec.version.clone(),
-                quota_backend_bytes: o.spec.quota_backend_bytes,
-            },
+            cluster: (&o.cluster).into(),
+            spec: (&o.spec).into(),
             phase: o.phase.into(),
             members: o.members.iter().map(Into::into).collect(),
-            probing: match &o.probing {
-                sdk::Probing::Attempted(report) => v0_1::Probing::Attempted(report.into()),
-                sdk::Probing::Skipped(why) => v0_1::Probing::Skipped(why.clone()),
-            },
-            history: v0_1::History {
-                last_verified: o.history.last_verified,
-                unverified_streak: o.history.unverified_streak,
-                previous_conditions: o
-                    .history
-                    .previous_conditions
-                    .iter()
-                    .map(|c| v0_1::PreviousCondition {
-                        type_: c.type_.clone(),
-                        status: c.status.into(),
-                        reason: c.reason.clone(),
-                        since: c.since,
-                    })
-                    .collect(),
-            },
+            probing: (&o.probing).into(),
+            history: (&o.history).into(),
             now: o.now,
             settings: o.settings.clone(),
         }
