@@ -743,21 +743,10 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
 
 #[test]
 fn a_broken_policy_falls_back_to_unknown_with_a_warning_event() {
-    use k8s_openapi::api::core::v1::ConfigMap;
     let _g = serial();
     run(async {
         let env = Env::start().await;
-        let wasm = std::fs::read(env!("STEWARD_CHAOS_POLICY_WASM"))
-            .expect("the chaos test policy was built");
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "chaos", "namespace": NS},
-            "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
-        }))
-        .unwrap();
-        kube::Api::<ConfigMap>::namespaced(env.client.clone(), NS)
-            .create(&Default::default(), &cm)
-            .await
-            .unwrap();
+        install_chaos_policy(&env).await;
         healthy_three(&env, "broken").await;
 
         env.clusters()
@@ -959,13 +948,13 @@ fn a_paused_cluster_is_suspended_for_argo_and_a_deleted_one_terminating() {
     });
 }
 
-/// Installs the chaos test policy as the ConfigMap `chaos`.
-async fn install_chaos_policy(env: &Env) {
+/// Installs the component at `path` as the ConfigMap `name` (the
+/// deprecated ConfigMap form, selected by `spec.statusPolicy.name`).
+async fn install_config_map_policy(env: &Env, name: &str, path: &str) {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let wasm =
-        std::fs::read(env!("STEWARD_CHAOS_POLICY_WASM")).expect("the chaos test policy was built");
+    let wasm = std::fs::read(path).unwrap_or_else(|e| panic!("{path} was built: {e}"));
     let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "chaos", "namespace": NS},
+        "metadata": {"name": name, "namespace": NS},
         "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
     }))
     .unwrap();
@@ -973,6 +962,11 @@ async fn install_chaos_policy(env: &Env) {
         .create(&Default::default(), &cm)
         .await
         .unwrap();
+}
+
+/// Installs the chaos test policy as the ConfigMap `chaos`.
+async fn install_chaos_policy(env: &Env) {
+    install_config_map_policy(env, "chaos", env!("STEWARD_CHAOS_POLICY_WASM")).await;
 }
 
 /// A third party's policy that says Available=True for every observation
@@ -1060,18 +1054,7 @@ async fn assert_policy_failed_event(env: &Env, cluster: &str, text: &str) {
 /// Installs a component built against the previous contract
 /// (`steward:status@0.1.0`) as the ConfigMap `compat-v01`.
 async fn install_compat_v0_1_policy(env: &Env) {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let wasm = std::fs::read(env!("STEWARD_COMPAT_V0_1_POLICY_WASM"))
-        .expect("the 0.1.0 test policy was built");
-    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "compat-v01", "namespace": NS},
-        "binaryData": {"policy.wasm": k8s_openapi::ByteString(wasm)}
-    }))
-    .unwrap();
-    kube::Api::<ConfigMap>::namespaced(env.client.clone(), NS)
-        .create(&Default::default(), &cm)
-        .await
-        .unwrap();
+    install_config_map_policy(env, "compat-v01", env!("STEWARD_COMPAT_V0_1_POLICY_WASM")).await;
 }
 
 /// A policy may say anything about availability, but not that etcd
