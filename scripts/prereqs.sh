@@ -26,7 +26,9 @@ if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null 2>&1; then
   fi
 fi
 
-# 3. The etcd binaries (etcd, etcdctl, etcdutl) for the end-to-end tests.
+# 3. The etcd releases (etcd, etcdctl, etcdutl of each supported minor),
+#    built from the go.etcd.io/etcd modules tests/etcd pins, for the local
+#    kubelet and the end-to-end tests.
 scripts/ensure-etcd.sh >/dev/null
 
 # 4. The real Kubernetes control plane, kubectl and helm, built from

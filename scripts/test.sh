@@ -23,8 +23,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 etcd_dir=$(scripts/ensure-etcd.sh) || { say "could not provision etcd (scripts/ensure-etcd.sh failed)"; exit 1; }
 export ETCD_STEWARD_ETCD_DIR="$etcd_dir"
-export PATH="$etcd_dir:$PATH"
-say "etcd from $etcd_dir: $("$etcd_dir/etcd" --version | head -1)"
+# The default release's etcdctl and etcdutl for tools that look on PATH.
+export PATH="$etcd_dir/default:$PATH"
+say "etcd releases in $etcd_dir: $(cd "$etcd_dir" && ls -d [0-9]* | tr '\n' ' ')(default $(readlink "$etcd_dir/default"))"
 
 kube_dir=$(scripts/ensure-kube.sh) || { say "could not provision the Kubernetes binaries (scripts/ensure-kube.sh failed)"; exit 1; }
 export ETCD_STEWARD_KUBE_DIR="$kube_dir"

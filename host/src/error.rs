@@ -59,6 +59,9 @@ pub enum ActError {
     /// etcd answered MemberAdd with a list that lacks the member it added.
     #[error("etcd's member list does not contain {peer_url}; not creating the member from it")]
     NotListed { peer_url: String },
+    /// MoveLeader goes to the leader itself, which did not answer this round.
+    #[error("the leader {leader} did not answer this round; MoveLeader must be sent to it")]
+    LeaderUnanswered { leader: String },
 }
 
 impl ActError {

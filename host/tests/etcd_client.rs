@@ -41,7 +41,7 @@ async fn healthy_three_member_cluster_reports_one_leader_three_voters_and_quorum
     assert!(
         statuses
             .iter()
-            .all(|s| s.version == "3.5.1" && !s.is_learner)
+            .all(|s| s.version == etcd_steward::api::DEFAULT_ETCD_VERSION && !s.is_learner)
     );
     assert!(
         statuses

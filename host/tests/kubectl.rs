@@ -15,7 +15,7 @@ metadata:
   namespace: default
 spec:
   replicas: 3
-  version: 3.5.1
+  version: 3.6.17
 ";
 
 /// The cells of the first line starting with `prefix`.
@@ -76,7 +76,7 @@ fn kubectl_applies_waits_lists_describes_and_explains_a_cluster() {
         );
         assert_eq!(
             row(&listed, "shown")[..5],
-            ["shown", "3.5.1", "3", "3", "True"],
+            ["shown", "3.6.17", "3", "3", "True"],
             "{listed}"
         );
         let members = k(&["get", "etcdmembers"]).await;

@@ -24,9 +24,13 @@ use super::schema::preserve_unknown_object;
 pub const DEFAULT_REPLICAS: i32 = 3;
 /// Seconds the operator works towards one target before declaring it stuck.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
-/// The etcd version when the spec leaves it out: the release the operator
-/// is tested with.
-pub const DEFAULT_ETCD_VERSION: &str = "3.5.1";
+/// The etcd version when the spec leaves it out: the newest 3.6 release the
+/// operator is tested with (tests/etcd/3.6/go.mod pins it; a unit test
+/// keeps the two equal).
+pub const DEFAULT_ETCD_VERSION: &str = "3.6.17";
+/// The minor versions the operator runs, oldest first. docs/api.md#versions
+/// says which release of each the tests run.
+pub const SUPPORTED_ETCD_MINORS: [&str; 3] = ["3.5", "3.6", "3.7"];
 /// Per-member storage when the spec leaves it out.
 pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
 
@@ -120,11 +124,21 @@ pub struct EtcdClusterSpec {
     #[schemars(range(min = 0))]
     pub replicas: i32,
 
-    /// etcd version, X.Y.Z; defaults to the release the operator is tested
-    /// with. Applies to members created from now on; `status.version` says
-    /// what the members actually run.
+    /// etcd version, X.Y.Z: a release of 3.5 (3.5.3 or later), 3.6 or 3.7.
+    /// Defaults to the newest 3.6 release the operator is tested with.
+    /// Applies to members created from now on; `status.version` says what
+    /// the members actually run.
     #[serde(default = "default_version")]
-    #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"))]
+    #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"), length(max = 32))]
+    #[x_kube(
+        // Keep the minors in step with SUPPORTED_ETCD_MINORS (a unit test does).
+        validation = Rule::new("self.matches('^3[.](5|6|7)[.][0-9]+$')").message(
+            "spec.version must be a release of etcd 3.5, 3.6 or 3.7, the minor versions this operator supports (docs/api.md#versions)"
+        ),
+        validation = Rule::new("!(self in ['3.5.0', '3.5.1', '3.5.2'])").message(
+            "spec.version 3.5.0, 3.5.1 and 3.5.2 are refused: they have a data-inconsistency bug that etcd fixed in 3.5.3 (use 3.5.26 or later, or 3.6)"
+        ).reason(Reason::FieldValueForbidden),
+    )]
     pub version: String,
 
     /// Per-member data directory.
@@ -537,5 +551,48 @@ impl EtcdClusterStatus {
     /// The condition of the given type, if the status has one.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The release tests/etcd/<minor>/go.mod pins for that minor.
+    fn pinned(minor: &str) -> Option<String> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let go_mod =
+            std::fs::read_to_string(root.join(format!("tests/etcd/{minor}/go.mod"))).ok()?;
+        go_mod.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("go.etcd.io/etcd/server/v3 v")?;
+            Some(rest.split_whitespace().next()?.to_owned())
+        })
+    }
+
+    #[test]
+    fn the_default_is_the_3_6_release_the_tests_build_and_every_supported_minor_is_built() {
+        assert_eq!(pinned("3.6").as_deref(), Some(DEFAULT_ETCD_VERSION));
+        for minor in SUPPORTED_ETCD_MINORS {
+            let release = pinned(minor).unwrap_or_else(|| panic!("no tests/etcd/{minor} module"));
+            assert!(
+                release.starts_with(&format!("{minor}.")),
+                "{minor}: {release}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_version_rule_names_exactly_the_supported_minors() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_string(&EtcdCluster::crd()).unwrap();
+        let alternatives = SUPPORTED_ETCD_MINORS
+            .iter()
+            .map(|m| m.strip_prefix("3.").expect("all 3.x"))
+            .collect::<Vec<_>>()
+            .join("|");
+        assert!(
+            crd.contains(&format!("^3[.]({alternatives})[.][0-9]+$")),
+            "the spec.version rule and SUPPORTED_ETCD_MINORS differ"
+        );
     }
 }

@@ -79,7 +79,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         "apiVersion": "etcd.steward.dev/v1alpha1",
         "kind": "EtcdCluster",
         "metadata": {"name": "example", "namespace": "default"},
-        "spec": {"replicas": args.members, "version": "3.5.1", "storage": {"size": "1Gi"}}
+        "spec": {"replicas": args.members, "version": crate::api::DEFAULT_ETCD_VERSION, "storage": {"size": "1Gi"}}
     }))?;
     clusters.create(&PostParams::default(), &example).await?;
 

@@ -227,6 +227,28 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 .map_err(kube(format!("deleting EtcdMember {name}")))?;
             Ok(())
         }
+        Step::MoveLeader { from, to, to_id } => {
+            let leader = e.observed.leader_id();
+            let endpoint =
+                answered_endpoint(written, leader).ok_or_else(|| ActError::LeaderUnanswered {
+                    leader: from.clone(),
+                })?;
+            ctx.etcd
+                .move_leader(&endpoint, *to_id)
+                .await
+                .map_err(etcd(format!("MoveLeader {from} -> {to} ({to_id:x})")))?;
+            let ev = KubeEvent {
+                type_: KubeEventType::Normal,
+                reason: "LeaderMoved".into(),
+                note: Some(format!(
+                    "moved leadership from {from} to {to} before removing {from}"
+                )),
+                action: "MoveLeader".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
+            Ok(())
+        }
         Step::Replace { name, failures } => {
             let ev = KubeEvent {
                 type_: KubeEventType::Warning,
@@ -271,6 +293,23 @@ fn joining(
 }
 
 /// Client endpoints that answered this reconcile, the leader's first.
+/// The endpoint at which member `id` answered this round's Status.
+fn answered_endpoint(written: &StatusWritten, id: Option<u64>) -> Option<String> {
+    let id = id?;
+    written
+        .evaluated
+        .observed
+        .report()
+        .into_iter()
+        .flat_map(|r| r.endpoints.iter())
+        .find_map(|p| match &p.outcome {
+            steward_policy_sdk::ProbeOutcome::Answered(s) if s.member_id == id => {
+                Some(p.endpoint.clone())
+            }
+            _ => None,
+        })
+}
+
 fn leader_first_endpoints(written: &StatusWritten) -> Vec<String> {
     let e = &written.evaluated;
     let leader = e.observed.leader_id();

@@ -87,7 +87,7 @@ fn cluster_last_seen_healthy() -> EtcdCluster {
                 name: (*n).into(),
                 id: Some(format!("{:x}", i + 1)),
                 role: MemberRole::Voter,
-                version: Some("3.5.1".into()),
+                version: Some(crate::api::DEFAULT_ETCD_VERSION.into()),
                 leader: i == 0,
                 healthy: true,
             })
@@ -295,7 +295,7 @@ async fn a_new_cluster_whose_seed_create_is_forbidden_shows_the_error_in_its_nex
                 "selector": "app.kubernetes.io/instance=main,app.kubernetes.io/managed-by=etcd-steward,app.kubernetes.io/name=etcd",
                 // The name and the first 8 characters of the UID.
                 "clusterToken": "main-uid-clus",
-                "observed": {"replicas": 3, "version": "3.5.1"},
+                "observed": {"replicas": 3, "version": crate::api::DEFAULT_ETCD_VERSION},
                 "policy": {"name": "steward-default-policy"},
                 "unverifiedStreak": 1,
                 // Nothing yet: cleared rather than left out.
@@ -342,7 +342,7 @@ async fn a_new_cluster_whose_seed_create_is_forbidden_shows_the_error_in_its_nex
                 },
                 "spec": {
                     "cluster": "main",
-                    "version": "3.5.1",
+                    "version": crate::api::DEFAULT_ETCD_VERSION,
                     "bootstrap": true,
                     "dormant": false,
                     "clusterToken": "main-uid-clus",

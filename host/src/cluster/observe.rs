@@ -105,6 +105,7 @@ impl Observed {
                     dormant: m.object.spec.dormant,
                     deleting: m.object.metadata.deletion_timestamp.is_some(),
                     failures: m.failures(),
+                    pod_stuck: m.pod.stuck.clone(),
                 })
                 .collect(),
             etcd_members: self.listed_members().map(<[_]>::to_vec),

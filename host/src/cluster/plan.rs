@@ -22,6 +22,9 @@ pub struct MemberFacts {
     pub deleting: bool,
     /// Consecutive Pod failures without becoming Ready.
     pub failures: u32,
+    /// Why its Pod's container cannot start, if the kubelet says
+    /// ([`crate::facts::PodFacts::stuck`]): named in the wait it causes.
+    pub pod_stuck: Option<String>,
 }
 
 /// Everything the planner needs, gathered by the observe stage.
@@ -76,6 +79,14 @@ pub enum Step {
     Promote { name: String, id: u64 },
     /// Delete this EtcdMember; its finalizer runs MemberRemove.
     Remove { name: String },
+    /// The member to remove leads: hand leadership to the most up-to-date
+    /// answering voter first (MoveLeader), so the removal costs no
+    /// election. The next reconcile removes it.
+    MoveLeader {
+        from: String,
+        to: String,
+        to_id: u64,
+    },
     /// The member's Pod keeps failing: remove it like a scale-down (its
     /// finalizer runs MemberRemove, its PVC goes with it); a fresh member
     /// is added by the next reconciles.
@@ -104,6 +115,11 @@ impl Step {
             }
             Step::Promote { name, .. } => format!("next: promote learner {name}, caught up"),
             Step::Remove { name } => format!("next: remove member {name}"),
+            Step::MoveLeader { from, to, .. } => {
+                format!(
+                    "next: move leadership from {from} to {to} (MoveLeader), then remove {from}"
+                )
+            }
             Step::Replace { name, failures } => {
                 format!("next: replace member {name}, which failed {failures} times in a row")
             }
@@ -130,9 +146,10 @@ pub fn plan(f: &Facts) -> Step {
                 name: only.name.clone(),
             },
             _ if !f.quorum_verified => Step::Wait("quorum is not verified".into()),
-            many => newest_removable(many, f)
-                .map(|name| Step::Remove { name })
-                .unwrap_or_else(|| Step::Wait("no member can be removed safely".into())),
+            many => match &f.etcd_members {
+                Some(listed) => scale_down(many, listed, f),
+                None => Step::Wait("etcd's member list is unknown".into()),
+            },
         };
     }
 
@@ -149,7 +166,17 @@ pub fn plan(f: &Facts) -> Step {
         };
     }
     if !f.cluster_id_latched {
-        return Step::Wait("waiting for the seed member to form the cluster".into());
+        let stuck = live
+            .iter()
+            .find_map(|m| Some((&m.name, m.pod_stuck.as_ref()?)));
+        return Step::Wait(match stuck {
+            Some((name, why)) => {
+                format!(
+                    "waiting for the seed member to form the cluster; {name}'s Pod cannot start: {why}"
+                )
+            }
+            None => "waiting for the seed member to form the cluster".into(),
+        });
     }
     if !f.quorum_verified {
         return Step::Wait("quorum is not verified".into());
@@ -199,7 +226,18 @@ pub fn plan(f: &Facts) -> Step {
             (Some(li), Some(ld)) => Step::Wait(format!(
                 "learner {name} is catching up (raft index {li}, leader {ld})"
             )),
-            _ => Step::Wait(format!("learner {name} has not answered yet")),
+            _ => Step::Wait(
+                match live
+                    .iter()
+                    .find(|m| m.name == name)
+                    .and_then(|m| m.pod_stuck.as_ref())
+                {
+                    Some(why) => {
+                        format!("learner {name} has not answered yet; its Pod cannot start: {why}")
+                    }
+                    None => format!("learner {name} has not answered yet"),
+                },
+            ),
         };
     }
 
@@ -208,9 +246,7 @@ pub fn plan(f: &Facts) -> Step {
         return Step::AddLearner;
     }
     if voters > f.desired {
-        return newest_removable(&live, f)
-            .map(|name| Step::Remove { name })
-            .unwrap_or_else(|| Step::Wait("no member can be removed safely".into()));
+        return scale_down(&live, listed, f);
     }
     Step::Idle
 }
@@ -249,22 +285,49 @@ fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts) -> Step {
     }
 }
 
-/// The newest member that is not the leader.
-fn newest_removable(live: &[&MemberFacts], f: &Facts) -> Option<String> {
-    let leader_name = f.leader_id.and_then(|id| {
-        f.etcd_members
-            .as_ref()?
-            .iter()
-            .find(|m| m.id == id)
-            .and_then(listed_member_name)
-            .map(str::to_owned)
-    });
-    let mut candidates: Vec<&&MemberFacts> = live
+/// Scale-down removes the newest member. When it leads, leadership moves
+/// first, to the answering voter with the highest raft index (the most
+/// up-to-date follower; the lowest ID on a tie), so the removal does not
+/// leave the cluster without a leader for an election timeout.
+fn scale_down(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Step {
+    let Some(newest) = live.iter().max_by_key(|m| m.created_ms) else {
+        return Step::Wait("no member can be removed safely".into());
+    };
+    let leader = f
+        .leader_id
+        .and_then(|id| listed.iter().find(|m| m.id == id));
+    let Some(leader) = leader.filter(|l| listed_member_name(l) == Some(newest.name.as_str()))
+    else {
+        return Step::Remove {
+            name: newest.name.clone(),
+        };
+    };
+    if !f.raft_index.contains_key(&leader.id) {
+        return Step::Wait(format!(
+            "{} is the newest member and leads, but did not answer; leadership can only be moved by the leader",
+            newest.name
+        ));
+    }
+    let successor = listed
         .iter()
-        .filter(|m| Some(&m.name) != leader_name.as_ref())
-        .collect();
-    candidates.sort_by_key(|m| std::cmp::Reverse(m.created_ms));
-    candidates.first().map(|m| m.name.clone())
+        .filter(|m| !m.is_learner && m.id != leader.id)
+        .filter_map(|m| Some((f.raft_index.get(&m.id)?, m)))
+        .filter(|(_, m)| {
+            live.iter()
+                .any(|k| Some(k.name.as_str()) == listed_member_name(m))
+        })
+        .max_by_key(|(index, m)| (**index, std::cmp::Reverse(m.id)));
+    match successor {
+        Some((_, m)) => Step::MoveLeader {
+            from: newest.name.clone(),
+            to: listed_member_name(m).unwrap_or_default().to_owned(),
+            to_id: m.id,
+        },
+        None => Step::Wait(format!(
+            "{} is the newest member and leads; no other voter answered to take over leadership",
+            newest.name
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -278,7 +341,38 @@ mod tests {
             dormant: false,
             deleting: false,
             failures: 0,
+            pod_stuck: None,
         }
+    }
+
+    #[test]
+    fn a_wait_on_a_pod_that_cannot_start_names_the_kubelets_reason() {
+        let pull = "ErrImagePull: failed to pull image \"quay.io/coreos/etcd:v3.6.99\"";
+        let f = Facts {
+            desired: 3,
+            members: vec![MemberFacts {
+                pod_stuck: Some(pull.into()),
+                ..member("a", 1)
+            }],
+            ..Facts::default()
+        };
+        assert!(
+            matches!(plan(&f), Step::Wait(m) if m.ends_with(&format!("a's Pod cannot start: {pull}"))),
+            "{:?}",
+            plan(&f)
+        );
+        let mut f = healthy(3, &["a", "b"]);
+        f.members.push(MemberFacts {
+            pod_stuck: Some(pull.into()),
+            ..member("c", 9)
+        });
+        f.etcd_members.as_mut().unwrap().push(listed(3, "c", true));
+        assert_eq!(
+            plan(&f),
+            Step::Wait(format!(
+                "learner c has not answered yet; its Pod cannot start: {pull}"
+            ))
+        );
     }
 
     fn listed(id: u64, name: &str, learner: bool) -> EtcdListed {
@@ -385,11 +479,41 @@ mod tests {
     }
 
     #[test]
-    fn scale_down_removes_the_newest_non_leader() {
+    fn scale_down_removes_the_newest_and_moves_leadership_off_it_first() {
         let mut f = healthy(3, &["a", "b", "c", "d", "e"]);
         assert_eq!(plan(&f), Step::Remove { name: "e".into() });
         f.leader_id = Some(5);
-        assert_eq!(plan(&f), Step::Remove { name: "d".into() });
+        // All caught up: the lowest ID takes over.
+        assert_eq!(
+            plan(&f),
+            Step::MoveLeader {
+                from: "e".into(),
+                to: "a".into(),
+                to_id: 1
+            }
+        );
+        // The most up-to-date follower, among those that answered.
+        f.raft_index.insert(3, 120);
+        f.raft_index.remove(&4);
+        assert_eq!(
+            plan(&f),
+            Step::MoveLeader {
+                from: "e".into(),
+                to: "c".into(),
+                to_id: 3
+            }
+        );
+        // No follower answered: nobody to hand over to, so no removal.
+        f.raft_index.retain(|id, _| *id == 5);
+        assert!(
+            matches!(plan(&f), Step::Wait(m) if m.contains("no other voter answered")),
+            "{:?}",
+            plan(&f)
+        );
+        // Once e no longer leads, it is removed.
+        f.raft_index = (1..=5).map(|id| (id, 100)).collect();
+        f.leader_id = Some(2);
+        assert_eq!(plan(&f), Step::Remove { name: "e".into() });
     }
 
     #[test]

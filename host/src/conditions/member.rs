@@ -28,6 +28,8 @@ pub struct MemberState {
     pub dormant: bool,
     /// The member's Pod exists and is Ready.
     pub pod_ready: bool,
+    /// Why the Pod's container cannot start, when the kubelet says so.
+    pub pod_stuck: Option<String>,
     /// Whether etcd's member list (when one was obtained this round)
     /// contains the member. None: no list this round.
     pub listed: Option<bool>,
@@ -57,7 +59,10 @@ pub fn member_conditions(facts: &MemberState) -> Vec<Condition> {
             READY,
             ConditionStatus::False,
             POD_NOT_READY,
-            "the member's Pod is missing or not Ready",
+            match &facts.pod_stuck {
+                Some(why) => format!("the member's Pod cannot start: {why}"),
+                None => "the member's Pod is missing or not Ready".into(),
+            },
         )
     } else if facts.listed == Some(false) {
         Condition::new(

@@ -468,6 +468,15 @@ fn a_member_is_ready_only_with_a_ready_pod_and_etcds_confirmation() {
             "{facts:?}"
         );
     }
+    let stuck = MemberState {
+        pod_ready: false,
+        pod_stuck: Some("ErrImagePull: failed to pull image".into()),
+        ..confirmed.clone()
+    };
+    assert_eq!(
+        member_conditions(&stuck)[0].message,
+        "the member's Pod cannot start: ErrImagePull: failed to pull image"
+    );
 }
 
 #[test]

@@ -22,17 +22,19 @@ pub enum Rpc {
     MemberAddAsLearner,
     MemberPromote,
     MemberRemove,
+    MoveLeader,
     // Auth calls (AuthEnable, UserAdd, RoleAdd, ...) go here when they exist.
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 6] = [
+    pub const ALL: [Rpc; 7] = [
         Rpc::Status,
         Rpc::MemberList,
         Rpc::QuorumRead,
         Rpc::MemberAddAsLearner,
         Rpc::MemberPromote,
         Rpc::MemberRemove,
+        Rpc::MoveLeader,
     ];
 
     /// The etcd API name, as operators know it from etcdctl and etcd's logs.
@@ -44,15 +46,16 @@ impl Rpc {
             Rpc::MemberAddAsLearner => "MemberAddAsLearner",
             Rpc::MemberPromote => "MemberPromote",
             Rpc::MemberRemove => "MemberRemove",
+            Rpc::MoveLeader => "MoveLeader",
         }
     }
 
-    /// Whether the RPC changes membership. Such calls are never retried on
-    /// another endpoint once they may have reached a server.
+    /// Whether the RPC changes membership or leadership. Such calls are
+    /// never retried on another endpoint once they may have reached a server.
     pub fn is_mutation(self) -> bool {
         matches!(
             self,
-            Rpc::MemberAddAsLearner | Rpc::MemberPromote | Rpc::MemberRemove
+            Rpc::MemberAddAsLearner | Rpc::MemberPromote | Rpc::MemberRemove | Rpc::MoveLeader
         )
     }
 }
@@ -229,6 +232,10 @@ pub trait EtcdApi: Send + Sync {
         id: u64,
     ) -> Result<Vec<EtcdMember>, RpcError>;
 
+    /// Asks the leader at `leader_endpoint` to hand leadership to voter
+    /// `target` (etcd's MoveLeader, which only the leader accepts).
+    async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError>;
+
     // Auth calls (enable auth, users, roles) belong here, each with its
     // own `Rpc` variant, when auth support lands.
 }
@@ -275,6 +282,10 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
         id: u64,
     ) -> Result<Vec<EtcdMember>, RpcError> {
         (**self).member_remove(endpoints, id).await
+    }
+
+    async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
+        (**self).move_leader(leader_endpoint, target).await
     }
 }
 

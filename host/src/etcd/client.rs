@@ -420,6 +420,15 @@ impl EtcdApi for EtcdClient {
             .await?;
         Ok(members(resp.members()))
     }
+
+    async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
+        // One endpoint: only the leader can hand over, so no other is tried.
+        self.call(Rpc::MoveLeader, leader_endpoint, |mut c| async move {
+            c.move_leader(target).await
+        })
+        .await
+        .map(drop)
+    }
 }
 
 #[cfg(test)]

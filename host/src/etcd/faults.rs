@@ -304,4 +304,14 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
         )
         .await
     }
+
+    async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
+        let eps = [leader_endpoint.to_owned()];
+        self.run(
+            Rpc::MoveLeader,
+            &eps,
+            self.inner.move_leader(leader_endpoint, target),
+        )
+        .await
+    }
 }

@@ -12,6 +12,10 @@ pub struct PodFacts {
     pub restarts: u32,
     pub last_termination: Option<Termination>,
     pub deleting: bool,
+    /// Why the etcd container is not running, when the kubelet says it is
+    /// stuck (`ErrImagePull: failed to pull image …`); None while it is
+    /// merely being created.
+    pub stuck: Option<String>,
 }
 
 impl PodFacts {
@@ -79,6 +83,20 @@ pub fn pod_facts(pod: Option<&Pod>) -> PodFacts {
             finished_at: t.finished_at.as_ref().map(ms),
         }),
         deleting: pod.metadata.deletion_timestamp.is_some(),
+        stuck: container
+            .and_then(|c| c.state.as_ref()?.waiting.as_ref())
+            .filter(|w| {
+                // The normal waits on the way to a start.
+                !matches!(
+                    w.reason.as_deref(),
+                    None | Some("ContainerCreating" | "PodInitializing")
+                )
+            })
+            .map(|w| match (&w.reason, &w.message) {
+                (Some(r), Some(m)) if !m.is_empty() => format!("{r}: {m}"),
+                (Some(r), _) => r.clone(),
+                (None, _) => unreachable!("filtered"),
+            }),
     }
 }
 
@@ -107,6 +125,38 @@ mod tests {
         assert!(f.is_terminal());
         assert_eq!(f.ready_since, Some(1_767_225_610_000));
         assert_eq!(f.last_termination.unwrap().reason, "Completed");
+    }
+
+    #[test]
+    fn a_container_the_kubelet_cannot_start_says_why_and_one_being_created_does_not() {
+        let waiting = |reason: &str, message: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "etcd-a"},
+                "status": {"phase": "Pending", "containerStatuses": [{
+                    "name": "etcd", "ready": false, "restartCount": 0, "image": "etcd", "imageID": "",
+                    "state": {"waiting": {"reason": reason, "message": message}}
+                }]}
+            }))
+            .unwrap()
+        };
+        let pull = waiting(
+            "ErrImagePull",
+            "failed to pull image \"quay.io/coreos/etcd:v3.6.99\"",
+        );
+        assert_eq!(
+            pod_facts(Some(&pull)).stuck.as_deref(),
+            Some("ErrImagePull: failed to pull image \"quay.io/coreos/etcd:v3.6.99\"")
+        );
+        assert_eq!(
+            pod_facts(Some(&waiting("ContainerCreating", ""))).stuck,
+            None
+        );
+        assert_eq!(
+            pod_facts(Some(&waiting("CrashLoopBackOff", "")))
+                .stuck
+                .as_deref(),
+            Some("CrashLoopBackOff")
+        );
     }
 
     #[test]

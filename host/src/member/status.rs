@@ -35,6 +35,7 @@ pub fn next_status(o: &Observed, last_action_error: Option<String>) -> EtcdMembe
     let desired = conditions::member_conditions(&MemberState {
         dormant: member.spec.dormant,
         pod_ready: o.facts.ready,
+        pod_stuck: o.facts.stuck.clone(),
         listed: summary.map(|s| s.id.is_some()),
         member_id: confirmed_id
             .as_deref()

@@ -168,7 +168,7 @@ pub(crate) mod fixtures {
     }
 
     pub fn spec() -> EtcdClusterSpec {
-        serde_json::from_value(serde_json::json!({"version": "3.5.1"})).unwrap()
+        serde_json::from_value(serde_json::json!({"version": "3.6.17"})).unwrap()
     }
 
     pub fn member(name: &str, bootstrap: bool) -> EtcdMember {
@@ -176,7 +176,7 @@ pub(crate) mod fixtures {
             name,
             EtcdMemberSpec {
                 cluster: "main".into(),
-                version: "3.5.1".into(),
+                version: "3.6.17".into(),
                 storage: StorageSpec::default(),
                 initial_cluster: format!("{name}=http://{name}.main.prod.svc:2380"),
                 cluster_token: "main-uid-cluster".into(),

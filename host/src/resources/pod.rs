@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(c.name, "etcd");
         assert_eq!(
             c.image.as_deref(),
-            Some("gcr.io/etcd-development/etcd:v3.5.1")
+            Some("gcr.io/etcd-development/etcd:v3.6.17")
         );
         assert_eq!(c.command.as_deref(), Some(&["etcd".to_owned()][..]));
         assert_eq!(
@@ -416,7 +416,7 @@ mod tests {
     #[test]
     fn user_metadata_and_scheduling_are_applied_but_cannot_replace_selector_labels() {
         let mut spec: crate::api::EtcdClusterSpec = serde_json::from_value(serde_json::json!({
-            "version": "3.5.1",
+            "version": "3.6.17",
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
             "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname",

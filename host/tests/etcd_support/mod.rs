@@ -15,22 +15,17 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-/// The directory with the etcd binaries: `$ETCD_STEWARD_ETCD_DIR`, else
-/// whatever `scripts/ensure-etcd.sh` provisions.
+/// The directory of the default etcd release (the one the operator
+/// defaults to): `scripts/ensure-etcd.sh` builds it, `$ETCD_STEWARD_ETCD_DIR`
+/// hands it down.
 pub fn etcd_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("ETCD_STEWARD_ETCD_DIR") {
-            return PathBuf::from(dir);
-        }
-        let script = steward_testbed::repo::root().join("scripts/ensure-etcd.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/ensure-etcd.sh");
-        assert!(out.status.success(), "scripts/ensure-etcd.sh failed");
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+        let releases = steward_testbed::etcd_bin::locate().expect("locate the etcd releases");
+        let etcd = &releases.default().etcd;
+        etcd.parent()
+            .expect("etcd sits in a directory")
+            .to_path_buf()
     })
     .clone()
 }

@@ -194,11 +194,17 @@ impl Env {
     }
 
     pub async fn create_cluster(&self, name: &str, replicas: i32) -> EtcdCluster {
+        self.create_cluster_at(name, replicas, etcd_steward::api::DEFAULT_ETCD_VERSION)
+            .await
+    }
+
+    /// A cluster of `replicas` members running etcd `version`.
+    pub async fn create_cluster_at(&self, name: &str, replicas: i32, version: &str) -> EtcdCluster {
         let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
             "apiVersion": "etcd.steward.dev/v1alpha1",
             "kind": "EtcdCluster",
             "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": replicas, "version": "3.5.1", "storage": {"size": "1Gi"}}
+            "spec": {"replicas": replicas, "version": version, "storage": {"size": "1Gi"}}
         }))
         .expect("a valid EtcdCluster");
         self.clusters()
@@ -360,6 +366,11 @@ impl Env {
             .map(|m| self.client_url(cluster, m))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The etcd releases the local kubelet runs, by image tag.
+    pub fn releases(&self) -> &steward_testbed::etcd_bin::EtcdReleases {
+        self.plane.kubelet().etcd_releases()
     }
 
     /// Runs the real etcdctl; returns stdout, panics with stderr on failure.

@@ -310,7 +310,7 @@ impl Certs {
 async fn start_etcd(bins: &KubeBinaries, dir: &Path) -> Result<(Component, String)> {
     let etcd_bin = match &bins.etcd {
         Some(e) => e.clone(),
-        None => crate::etcd_bin::locate()?.etcd,
+        None => crate::etcd_bin::locate()?.default().etcd.clone(),
     };
     let (client_port, peer_port) = (free_port()?, free_port()?);
     let client_url = format!("http://127.0.0.1:{client_port}");

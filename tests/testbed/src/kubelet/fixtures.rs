@@ -91,7 +91,7 @@ impl StaticCluster {
                 "terminationGracePeriodSeconds": 30,
                 "containers": [{
                     "name": "etcd",
-                    "image": "registry.k8s.io/etcd:3.5.1-0",
+                    "image": "registry.k8s.io/etcd:3.6.17-0",
                     "command": ["etcd"],
                     "args": [
                         "--name=$(POD_NAME)",

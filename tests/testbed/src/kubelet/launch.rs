@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
-use crate::etcd_bin::EtcdBinaries;
+use crate::etcd_bin::{EtcdBinaries, EtcdReleases};
 
 /// Why a container cannot be started; becomes the container's waiting
 /// reason `CreateContainerConfigError` with this message.
@@ -32,6 +32,10 @@ pub enum LaunchError {
         "container {container}: the local kubelet runs image {image} only with its entrypoint (no command)"
     )]
     NotEntrypoint { container: String, image: String },
+    /// The release the image tag names is not on this machine: the
+    /// container's waiting reason is `ErrImagePull`, as for a failed pull.
+    #[error("container {container}: {message}")]
+    ImagePull { container: String, message: String },
 }
 
 /// Everything needed to spawn the container's process.
@@ -43,6 +47,10 @@ pub struct LaunchPlan {
     /// (local directory, mountPath) pairs bind-mounted in the process's own
     /// mount namespace. Empty for etcd, whose paths are rewritten instead.
     pub binds: Vec<(PathBuf, String)>,
+    /// The etcd release the container's image names: its `etcdctl` and
+    /// `etcdutl` serve exec probes, as the image's own would. None for a
+    /// local image.
+    pub release: Option<EtcdBinaries>,
 }
 
 /// An image the kubelet runs as a local program: the operator's image maps
@@ -93,6 +101,24 @@ fn image_name(image: &str) -> &str {
     last.split(':').next().unwrap_or(last)
 }
 
+/// The release an etcd container runs: the one its image tag names when the
+/// image is etcd's, else (a program named etcd in some other image) the
+/// default release.
+fn release_for(c: &Container, releases: &EtcdReleases) -> Result<EtcdBinaries, LaunchError> {
+    match c.image.as_deref().filter(|i| image_name(i) == "etcd") {
+        Some(image) => {
+            releases
+                .for_image(image)
+                .cloned()
+                .map_err(|message| LaunchError::ImagePull {
+                    container: c.name.clone(),
+                    message,
+                })
+        }
+        None => Ok(releases.default().clone()),
+    }
+}
+
 fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
@@ -105,7 +131,7 @@ pub fn plan(
     ip: Ipv4Addr,
     host_ip: Ipv4Addr,
     mounts: &[(String, PathBuf)],
-    bins: &EtcdBinaries,
+    releases: &EtcdReleases,
     images: &[LocalImage],
 ) -> Result<LaunchPlan, LaunchError> {
     let env = container_env(pod, container, ip, host_ip)?;
@@ -134,8 +160,11 @@ pub fn plan(
             args,
             env,
             binds,
+            release: None,
         });
     }
+
+    let bins = release_for(container, releases)?;
 
     let mut words: Vec<String> = container.command.clone().unwrap_or_default();
     let program = if words.is_empty() {
@@ -197,6 +226,7 @@ pub fn plan(
         args,
         env,
         binds: Vec::new(),
+        release: Some(bins),
     })
 }
 
@@ -366,12 +396,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn bins() -> EtcdBinaries {
+    fn release(dir: &str) -> EtcdBinaries {
         EtcdBinaries {
-            etcd: "/opt/etcd/etcd".into(),
-            etcdctl: "/opt/etcd/etcdctl".into(),
-            etcdutl: "/opt/etcd/etcdutl".into(),
+            etcd: format!("{dir}/etcd").into(),
+            etcdctl: format!("{dir}/etcdctl").into(),
+            etcdutl: format!("{dir}/etcdutl").into(),
         }
+    }
+
+    /// 3.5.21 (which member_pod's image names) and the default, 3.6.17.
+    fn bins() -> EtcdReleases {
+        use crate::etcd_bin::Version;
+        EtcdReleases::new(
+            vec![
+                (Version(3, 5, 21), release("/opt/etcd-3.5.21")),
+                (Version(3, 6, 17), release("/opt/etcd")),
+            ],
+            Version(3, 6, 17),
+        )
+        .unwrap()
     }
 
     fn member_pod() -> Pod {
@@ -420,7 +463,12 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(plan.program, PathBuf::from("/opt/etcd/etcd"));
+        assert_eq!(
+            plan.program,
+            PathBuf::from("/opt/etcd-3.5.21/etcd"),
+            "the release the image tag names"
+        );
+        assert_eq!(plan.release, Some(release("/opt/etcd-3.5.21")));
         assert_eq!(
             plan.args,
             vec![
@@ -438,6 +486,46 @@ mod tests {
         assert_eq!(env["POD_IP"], "127.20.3.4");
         assert_eq!(env["ETCD_WAL_DIR"], "/k/pvc/data/wal");
         assert_eq!(env["GREETING"], "demo-0 at 127.20.3.4");
+    }
+
+    #[test]
+    fn an_image_naming_a_release_this_machine_lacks_fails_as_a_pull_would() {
+        let mut pod = member_pod();
+        pod.spec.as_mut().unwrap().containers[0].image = Some("quay.io/coreos/etcd:v3.6.99".into());
+        let c = etcd_container(&pod).unwrap();
+        let err = plan(
+            &pod,
+            c,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            &[],
+            &bins(),
+            &[],
+        )
+        .unwrap_err();
+        let LaunchError::ImagePull { message, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            message.contains("etcd 3.6.99 is not built here"),
+            "{message}"
+        );
+
+        // A program named etcd in an image that is not etcd's runs the default.
+        let mut pod = member_pod();
+        pod.spec.as_mut().unwrap().containers[0].image = Some("example.com/x/y:1".into());
+        let c = etcd_container(&pod).unwrap();
+        let p = plan(
+            &pod,
+            c,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            &[],
+            &bins(),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(p.program, PathBuf::from("/opt/etcd/etcd"));
     }
 
     #[test]

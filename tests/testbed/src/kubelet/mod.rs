@@ -35,7 +35,7 @@ use nix::unistd::Pid;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::etcd_bin::EtcdBinaries;
+use crate::etcd_bin::{EtcdBinaries, EtcdReleases};
 use crate::hosts::HostsBlock;
 use worker::{Command, Worker};
 
@@ -56,7 +56,8 @@ pub struct KubeletConfig {
     /// Pod directories (logs, emptyDirs) and PVC data live under here.
     pub root: PathBuf,
     pub hosts: HostsTarget,
-    pub etcd: EtcdBinaries,
+    /// The etcd releases member Pods run, picked by image tag.
+    pub etcd: EtcdReleases,
     /// The first restart is immediate; then this, doubling up to the cap.
     /// (The real kubelet uses 10 s doubling to 5 min.)
     pub restart_backoff: Duration,
@@ -89,7 +90,7 @@ impl KubeletConfig {
 pub(crate) struct Node {
     client: Client,
     root: PathBuf,
-    bins: EtcdBinaries,
+    releases: EtcdReleases,
     host_ip: Ipv4Addr,
     config: KubeletConfig,
     hosts: HostsBlock,
@@ -196,7 +197,7 @@ impl Kubelet {
         let node = Arc::new(Node {
             client: client.clone(),
             root,
-            bins: config.etcd.clone(),
+            releases: config.etcd.clone(),
             host_ip: Ipv4Addr::LOCALHOST,
             config,
             hosts,
@@ -221,8 +222,14 @@ impl Kubelet {
         &self.node.root
     }
 
+    /// The default etcd release, for tests that call etcdctl themselves.
     pub fn etcd(&self) -> &EtcdBinaries {
-        &self.node.bins
+        self.node.releases.default()
+    }
+
+    /// Every etcd release member Pods may name.
+    pub fn etcd_releases(&self) -> &EtcdReleases {
+        &self.node.releases
     }
 
     /// The hosts file the kubelet publishes names in.

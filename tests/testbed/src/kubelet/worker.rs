@@ -287,7 +287,7 @@ impl Worker {
                     self.ip,
                     host_ip,
                     &mounts,
-                    &self.node.bins,
+                    &self.node.releases,
                     &self.node.config.images,
                 ) {
                     Ok(plan) => {
@@ -306,6 +306,13 @@ impl Worker {
                                 Some("held by the test (Kubelet::hold_starts)".into()),
                             );
                         }
+                    }
+                    Err(e @ launch::LaunchError::ImagePull { .. }) => {
+                        // A kubelet retries a failed pull with back-off; the
+                        // local one has nothing new to pull until the Pod
+                        // changes, so it reports the failure and waits.
+                        tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{e}");
+                        self.waiting = ("ErrImagePull".into(), Some(e.to_string()));
                     }
                     Err(e) => self.config_failed(e.to_string()),
                 }

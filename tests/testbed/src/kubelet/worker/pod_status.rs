@@ -62,7 +62,7 @@ impl Worker {
                 "local://{}",
                 self.plan
                     .as_ref()
-                    .map_or(self.node.bins.etcd.as_path(), |p| p.program.as_path())
+                    .map_or(self.node.releases.default().etcd.as_path(), |p| p.program.as_path())
                     .display()
             ),
             "containerID": self.pid.map(|p| format!("local://{p}")),

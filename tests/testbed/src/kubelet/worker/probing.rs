@@ -31,8 +31,13 @@ impl Worker {
         let Some(spec) = self.probe_state(kind).as_ref().map(|s| s.probe.clone()) else {
             return;
         };
-        let outcome =
-            probe::run_once(&spec, &self.container, IpAddr::V4(self.ip), &self.node.bins).await;
+        // Exec probes run the container's own release's etcdctl.
+        let bins = self
+            .plan
+            .as_ref()
+            .and_then(|p| p.release.clone())
+            .unwrap_or_else(|| self.node.releases.default().clone());
+        let outcome = probe::run_once(&spec, &self.container, IpAddr::V4(self.ip), &bins).await;
         if self.frozen || self.child.is_none() {
             return;
         }
