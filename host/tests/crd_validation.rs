@@ -318,17 +318,6 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     crds.patch_spec("pvc", json!({"storage": {"size": "1024Mi"}}))
         .await
         .unwrap();
-    // Growth is refused (no volume expansion), saying why.
-    let message = rejected(
-        crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}}))
-            .await,
-    );
-    assert!(
-        message.contains(
-            "spec.storage.size cannot grow yet: etcd-steward does not expand member volumes"
-        ),
-        "{message}"
-    );
     crds.patch_spec(
         "pvc",
         json!({"version": "3.7.4", "replicas": 5,
@@ -339,9 +328,13 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     crds.patch_spec("fast", json!({"replicas": 1}))
         .await
         .unwrap();
+    // Growth is accepted: the members' PVCs are expanded.
+    crds.patch_spec("pvc", json!({"storage": {"size": "2Gi"}}))
+        .await
+        .unwrap();
 
     let message = rejected(
-        crds.patch_spec("pvc", json!({"storage": {"size": "512Mi"}}))
+        crds.patch_spec("pvc", json!({"storage": {"size": "1Gi"}}))
             .await,
     );
     assert!(
@@ -349,7 +342,7 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
         "{message}"
     );
     let message = rejected(
-        crds.patch_spec("pvc", json!({"storage": {"size": "1000Mi"}}))
+        crds.patch_spec("pvc", json!({"storage": {"size": "2000Mi"}}))
             .await,
     );
     assert!(

@@ -21,8 +21,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// The release the clusters run: the operator's default, which the local
 /// kubelet runs from the image tag.
 const ETCD_VERSION: &str = etcd_steward::api::DEFAULT_ETCD_VERSION;
-/// Another release the testbed builds (tests/etcd/3.7).
-const OTHER_VERSION: &str = "3.7.4";
+/// Another release the testbed builds (tests/etcd/3.5): one minor down,
+/// which a cluster running 3.6 everywhere refuses to roll to.
+const OTHER_VERSION: &str = "3.5.36";
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -1028,7 +1029,8 @@ async fn install_chaos_policy(env: &Env) {
 }
 
 /// A third party's policy that says Available=True for every observation
-/// (chaos `always-available`), with every member frozen: the seed
+/// (chaos `always-available`), in each outage of this suite: every member
+/// frozen, two killed, names gone from DNS, every member stopped: the seed
 /// incident reached through a policy. The host rejects the verdict, so the
 /// status never says Available=True while etcd answers nobody, and says
 /// why; with the members thawed, the same verdict is true and stands.
@@ -1090,8 +1092,78 @@ fn a_policy_that_always_says_available_cannot_hide_frozen_members() {
                 && condition_reason(c, "Available") == Some("Chaos")
         })
         .await;
+
+        // The other outages of this suite, each with the same policy: two
+        // members killed and kept down (quorum lost), every name gone from
+        // DNS, every member stopped gracefully (the seed incident). Each
+        // time the claim is rejected and stays rejected until etcd answers.
+        let kubelet = env.plane.kubelet();
+        for n in &names[1..] {
+            kubelet.hold_starts(NS, n);
+            kubelet.kill(NS, n).await.unwrap();
+        }
+        chaos_claim_rejected(&env, "two members killed").await;
+        for n in &names[1..] {
+            kubelet.release_starts(NS, n);
+        }
+        chaos_claim_stands(&env).await;
+
+        for n in &names {
+            kubelet.make_unresolvable(NS, n).unwrap();
+        }
+        chaos_claim_rejected(&env, "names gone from DNS").await;
+        for n in &names {
+            kubelet.restore_name(NS, n).unwrap();
+        }
+        chaos_claim_stands(&env).await;
+
+        kubelet.stop_node().await;
+        chaos_claim_rejected(&env, "every member stopped").await;
+        kubelet.start_node();
+        chaos_claim_stands(&env).await;
         env.shutdown().await;
     });
+}
+
+/// The chaos policy's Available=True is rejected for the `careless`
+/// cluster during `outage`, and still is several reconciles later.
+async fn chaos_claim_rejected(env: &Env, outage: &str) {
+    let c = env
+        .wait_for(
+            "careless",
+            &format!("{outage}: the verdict is rejected"),
+            |c| condition_reason(c, "Available") == Some("PolicyFailed"),
+        )
+        .await;
+    assert_eq!(condition(&c, "Available"), Some("Unknown"), "{outage}");
+    let message = condition_message(&c, "Available").unwrap();
+    assert!(
+        message.contains("says Available=True"),
+        "{outage}: {message}"
+    );
+    let streak = c.status.as_ref().unwrap().unverified_streak;
+    let later = env
+        .wait_for(
+            "careless",
+            &format!("{outage}: the status still updates"),
+            |c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.unverified_streak > streak + 2)
+            },
+        )
+        .await;
+    assert_eq!(condition(&later, "Available"), Some("Unknown"), "{outage}");
+}
+
+/// The chaos policy's verdict stands once etcd answers again.
+async fn chaos_claim_stands(env: &Env) {
+    env.wait_for("careless", "the verdict stands again", |c| {
+        condition(c, "Available") == Some("True")
+            && condition_reason(c, "Available") == Some("Chaos")
+            && ready_members(c) == 3
+    })
+    .await;
 }
 
 /// A PolicyFailed Warning Event on `cluster` whose note contains `text`.
@@ -1347,8 +1419,348 @@ fn every_supported_release_forms_a_cluster_and_a_missing_one_is_named_in_the_sta
     });
 }
 
-/// spec.version applies to members created from then on; the status says
-/// what runs, from etcd's own word, and VersionDrifted says they differ.
+/// Changing spec.version rolls the members one at a time along etcd's
+/// supported path, keeping each member's volume and ID:
+/// - a version that cannot start (no image for 3.5.99) stops the rollout at
+///   the first member, named, with quorum kept; setting spec.version back
+///   rolls that member back;
+/// - 3.5.36 → 3.6.17 rolls followers first and the leader last, after
+///   leadership moved away, with Reconciling=True/Upgrading meanwhile; data,
+///   member IDs and PVCs stay;
+/// - 3.6 → 3.5 on a cluster that runs 3.6 everywhere is refused (Stalled,
+///   UnsupportedVersionChange) and nothing moves.
+#[test]
+fn changing_the_version_rolls_members_one_at_a_time_and_stops_on_failure() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let name = "roll";
+        let (old, new) = ("3.5.36", ETCD_VERSION);
+        env.create_cluster_at(name, 3, old).await;
+        env.wait_available(name, 3).await;
+        let endpoints = env.endpoints(name).await;
+        env.etcdctl(&endpoints, &["put", "/steward/roll", "kept"])
+            .await;
+        let ids = |c: &etcd_steward::api::EtcdCluster| -> Vec<(String, Option<String>)> {
+            let mut v: Vec<_> = c
+                .status
+                .as_ref()
+                .unwrap()
+                .members
+                .iter()
+                .map(|m| (m.name.clone(), m.id.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        let before = env
+            .wait_for(name, "every member's ID known", |c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.members.len() == 3 && s.members.iter().all(|m| m.id.is_some())
+                })
+            })
+            .await;
+        let pvcs: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let claim_uids = || async {
+            let mut v: Vec<String> = pvcs
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("data-roll-"))
+                })
+                .filter_map(|p| p.metadata.uid)
+                .collect();
+            v.sort();
+            v
+        };
+        let claims = claim_uids().await;
+        assert_eq!(claims.len(), 3);
+        let clusters = env.clusters();
+        let set_version = |v: &'static str| {
+            let clusters = clusters.clone();
+            async move {
+                clusters
+                    .patch(
+                        name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": v}})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+
+        // A version with no image: the first member fails and the rollout
+        // stops there, saying why; the other two keep quorum.
+        set_version("3.5.99").await;
+        let c = env
+            .wait_for(
+                name,
+                "the rollout stopped at a member that cannot start",
+                |c| {
+                    condition_message(c, "Reconciling").is_some_and(|m| {
+                        m.contains(
+                            "is restarting on etcd 3.5.99: its Pod cannot start: ErrImagePull",
+                        )
+                    })
+                },
+            )
+            .await;
+        assert_eq!(condition_reason(&c, "Reconciling"), Some("Upgrading"));
+        assert_eq!(condition(&c, "Available"), Some("True"), "{}", describe(&c));
+        let on_new: Vec<String> = env
+            .members()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|m| m.spec.cluster == name && m.spec.version == "3.5.99")
+            .map(|m| m.metadata.name.unwrap())
+            .collect();
+        assert_eq!(on_new.len(), 1, "one member at a time: {on_new:?}");
+        // Back: that member returns to the old version on its own volume.
+        set_version(old).await;
+        let c = env
+            .wait_for(name, "rolled back", |c| {
+                condition(c, "Available") == Some("True")
+                    && condition(c, "Reconciling") == Some("False")
+                    && ready_members(c) == 3
+                    && c.status.as_ref().is_some_and(|s| {
+                        s.members.iter().all(|m| m.version.as_deref() == Some(old))
+                    })
+            })
+            .await;
+        assert_eq!(ids(&c), ids(&before), "the same members");
+
+        // The real upgrade, one minor up.
+        let watch = env.watch(name).await;
+        set_version(new).await;
+        let c = watch
+            .until("Reconciling=True/Upgrading while Available", |c| {
+                condition_reason(c, "Reconciling") == Some("Upgrading")
+                    && condition(c, "Available") == Some("True")
+            })
+            .await;
+        assert_eq!(condition_reason(&c, "Progressing"), Some("Upgrading"));
+        let c = env
+            .wait_for(name, "every member runs the new version", |c| {
+                condition(c, "Available") == Some("True")
+                    && condition(c, "Reconciling") == Some("False")
+                    && c.status.as_ref().is_some_and(|s| {
+                        s.version.as_deref() == Some(new)
+                            && s.members.len() == 3
+                            && s.members.iter().all(|m| m.version.as_deref() == Some(new))
+                    })
+            })
+            .await;
+        assert_eq!(condition(&c, "VersionDrifted"), Some("False"));
+        assert_eq!(ids(&c), ids(&before), "member IDs kept");
+        assert_eq!(claim_uids().await, claims, "the same volumes");
+        let now = env.endpoints(name).await;
+        let got = env
+            .etcdctl(&now, &["get", "/steward/roll", "--print-value-only"])
+            .await;
+        assert_eq!(got.trim(), "kept");
+        let list = env.etcdctl(&now, &["member", "list"]).await;
+        assert_eq!(voters(&list), 3, "{list}");
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let notes: Vec<(String, String)> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect();
+        assert!(
+            notes
+                .iter()
+                .any(|(r, n)| r == "LeaderMoved" && n.contains("before the upgrade of")),
+            "the leader handed over before its restart: {notes:?}"
+        );
+        // One series per member (the Event names it as the related
+        // object): every member was restarted on the new version.
+        let restarted: std::collections::BTreeSet<String> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("UpgradingMember"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|e| e.related.and_then(|r| r.name))
+            .collect();
+        let members: std::collections::BTreeSet<String> =
+            ids(&c).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(restarted, members, "{notes:?}");
+
+        // One minor down on a cluster that runs 3.6 everywhere: refused.
+        set_version(old).await;
+        let c = env
+            .wait_for(name, "Stalled: unsupported version change", |c| {
+                condition_reason(c, "Stalled") == Some("UnsupportedVersionChange")
+            })
+            .await;
+        assert_eq!(condition(&c, "Stalled"), Some("True"));
+        assert!(
+            condition_message(&c, "Stalled").is_some_and(|m| m.contains("downgrade API")),
+            "{}",
+            describe(&c)
+        );
+        let members = env.members().list(&Default::default()).await.unwrap();
+        assert!(
+            members
+                .items
+                .iter()
+                .filter(|m| m.spec.cluster == name)
+                .all(|m| m.spec.version == new),
+            "nothing moved"
+        );
+        env.shutdown().await;
+    });
+}
+
+/// Growing spec.storage.size expands each member's PVC through the real
+/// API server (its admission checks the StorageClass) and the testbed's
+/// resizer; the member's StorageResized condition follows it to done. A
+/// class without allowVolumeExpansion gets the API server's refusal in
+/// that condition, and the member keeps running on its volume.
+#[test]
+fn growing_storage_expands_each_volume_or_names_the_refusal() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use steward_testbed::kubelet::provisioner::PROVISIONER;
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let fixed: StorageClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "fixed"},
+            "provisioner": PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": false,
+        }))
+        .unwrap();
+        kube::Api::<StorageClass>::all(env.client.clone())
+            .create(&Default::default(), &fixed)
+            .await
+            .unwrap();
+        env.create_cluster("grow", 1).await;
+        let on_fixed: etcd_steward::api::EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "fixed", "namespace": NS},
+            "spec": {"replicas": 1, "storage": {"size": "1Gi", "storageClassName": "fixed"}}
+        }))
+        .unwrap();
+        env.clusters()
+            .create(&Default::default(), &on_fixed)
+            .await
+            .unwrap();
+        env.wait_available("grow", 1).await;
+        env.wait_available("fixed", 1).await;
+        let endpoints = env.endpoints("grow").await;
+        env.etcdctl(&endpoints, &["put", "/steward/grow", "kept"])
+            .await;
+
+        for name in ["grow", "fixed"] {
+            env.clusters()
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(
+                        serde_json::json!({"spec": {"storage": {"size": "2Gi"}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+        // Each member's StorageResized condition, once it speaks of 2Gi.
+        let resized = |cluster: &'static str, reason: &'static str| {
+            let members = env.members();
+            async move {
+                let start = std::time::Instant::now();
+                loop {
+                    let list = members.list(&Default::default()).await.unwrap();
+                    let found = list.items.into_iter().find(|m| {
+                        m.spec.cluster == cluster
+                            && m.status
+                                .as_ref()
+                                .and_then(|s| s.condition("StorageResized"))
+                                .is_some_and(|c| c.reason == reason && c.message.contains("2Gi"))
+                    });
+                    if let Some(m) = found {
+                        return m;
+                    }
+                    assert!(
+                        start.elapsed() < EVENTUALLY,
+                        "{cluster}: StorageResized never became {reason}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                }
+            }
+        };
+        let grown = resized("grow", "AtRequestedSize").await;
+        let condition = grown
+            .status
+            .as_ref()
+            .unwrap()
+            .condition("StorageResized")
+            .unwrap();
+        assert_eq!(condition.status, "True");
+        let claim_name = format!("data-{}", grown.metadata.name.as_deref().unwrap());
+        let claim = kube::Api::<PersistentVolumeClaim>::namespaced(env.client.clone(), NS)
+            .get(&claim_name)
+            .await
+            .unwrap();
+        let capacity = claim.status.as_ref().unwrap().capacity.as_ref().unwrap();
+        assert_eq!(capacity["storage"].0, "2Gi");
+        let volume = claim.spec.as_ref().unwrap().volume_name.clone().unwrap();
+        let pv = kube::Api::<PersistentVolume>::all(env.client.clone())
+            .get(&volume)
+            .await
+            .unwrap();
+        assert_eq!(
+            pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0,
+            "2Gi"
+        );
+        let got = env
+            .etcdctl(&endpoints, &["get", "/steward/grow", "--print-value-only"])
+            .await;
+        assert_eq!(got.trim(), "kept");
+
+        let refused = resized("fixed", "ExpansionRefused").await;
+        let message = &refused
+            .status
+            .as_ref()
+            .unwrap()
+            .condition("StorageResized")
+            .unwrap()
+            .message;
+        assert!(
+            message.contains("growing data-") && message.contains("support resize"),
+            "the API server's own reason: {message}"
+        );
+        let c = env.wait_available("fixed", 1).await;
+        assert_eq!(ready_members(&c), 1, "still serving on its volume");
+        env.shutdown().await;
+    });
+}
+
+/// The status says what etcd runs, from etcd's own word, and
+/// VersionDrifted says when that differs from spec.version: here a change
+/// the operator refuses to roll (one minor down), so the members stay.
 #[test]
 fn the_status_reports_the_version_etcd_runs_and_its_drift_from_the_spec() {
     let _g = serial();

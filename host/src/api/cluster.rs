@@ -111,9 +111,6 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
     validation = Rule::new(
         "!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || self.storage.size == oldSelf.storage.size || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) >= 0"
     ).message("spec.storage.size cannot shrink (a PVC cannot shrink)"),
-    validation = Rule::new(
-        "!has(self.storage) || !has(oldSelf.storage) || !has(self.storage.size) || !has(oldSelf.storage.size) || self.storage.size == oldSelf.storage.size || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) <= 0"
-    ).message("spec.storage.size cannot grow yet: etcd-steward does not expand member volumes, so the new size would never be applied to existing members"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
@@ -126,8 +123,8 @@ pub struct EtcdClusterSpec {
 
     /// etcd version, X.Y.Z: a release of 3.5 (3.5.3 or later), 3.6 or 3.7.
     /// Defaults to the newest 3.6 release the operator is tested with.
-    /// Applies to members created from now on; `status.version` says what
-    /// the members actually run.
+    /// A change rolls the members to it one at a time, along etcd's
+    /// supported upgrade paths; `status.version` says what they run.
     #[serde(default = "default_version")]
     #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"), length(max = 32))]
     #[x_kube(
@@ -219,9 +216,9 @@ fn default_storage_size() -> Quantity {
 #[serde(rename_all = "camelCase")]
 pub struct StorageSpec {
     /// Requested capacity per member: the PVC size, or the tmpfs size limit
-    /// for medium Memory. Fixed once set: volume expansion is not
-    /// implemented, and a PVC cannot shrink (an equal quantity written
-    /// differently, 2Gi as 2048Mi, is accepted).
+    /// for medium Memory. It may grow (each member's PVC is expanded, when
+    /// its StorageClass allows it) but not shrink: a PVC cannot shrink (an
+    /// equal quantity written differently, 2Gi as 2048Mi, is accepted).
     #[serde(default = "default_storage_size")]
     pub size: Quantity,
 

@@ -18,7 +18,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use super::plan::Step;
+use super::plan::{Step, Then};
 use super::status::StatusWritten;
 use crate::api::{EtcdCluster, EtcdMember, MemberRole};
 use crate::context::{Context, applied_key};
@@ -153,7 +153,7 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
     let ns = cluster.namespace().unwrap_or_default();
     let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     match step {
-        Step::Idle | Step::Wait(_) => Ok(()),
+        Step::Idle | Step::Wait(_) | Step::Refuse(_) => Ok(()),
         Step::CreateSeed => {
             // The cache may not show a seed created a moment ago; two seeds
             // would be two clusters. Ask the API server itself.
@@ -227,7 +227,12 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 .map_err(kube(format!("deleting EtcdMember {name}")))?;
             Ok(())
         }
-        Step::MoveLeader { from, to, to_id } => {
+        Step::MoveLeader {
+            from,
+            to,
+            to_id,
+            then,
+        } => {
             let leader = e.observed.leader_id();
             let endpoint =
                 answered_endpoint(written, leader).ok_or_else(|| ActError::LeaderUnanswered {
@@ -241,10 +246,41 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 type_: KubeEventType::Normal,
                 reason: "LeaderMoved".into(),
                 note: Some(format!(
-                    "moved leadership from {from} to {to} before removing {from}"
+                    "moved leadership from {from} to {to} before the {} of {from}",
+                    match then {
+                        Then::Remove => "removal",
+                        Then::Upgrade => "upgrade",
+                    }
                 )),
                 action: "MoveLeader".into(),
-                secondary: None,
+                secondary: Some(member_ref(cluster, from)),
+            };
+            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
+            Ok(())
+        }
+        Step::Upgrade {
+            name,
+            to,
+            done,
+            total,
+        } => {
+            // The member controller sees its version change and replaces
+            // the Pod on the same volume: same data, same member ID.
+            let patch = serde_json::json!({"spec": {"version": to}});
+            members
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube(format!("setting version {to} on EtcdMember {name}")))?;
+            let ev = KubeEvent {
+                type_: KubeEventType::Normal,
+                reason: "UpgradingMember".into(),
+                note: Some(format!(
+                    "restarting member {name} on etcd {to} ({done} of {total} members run it)"
+                )),
+                action: "Upgrade".into(),
+                // One series per member: the recorder folds Events with the
+                // same reason and objects into one, keeping its first note.
+                secondary: Some(member_ref(cluster, name)),
             };
             let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
             Ok(())
@@ -293,6 +329,17 @@ fn joining(
 }
 
 /// Client endpoints that answered this reconcile, the leader's first.
+/// A reference to EtcdMember `name` of `cluster`, as an Event's related object.
+fn member_ref(cluster: &EtcdCluster, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(format!("{}/{}", crate::api::GROUP, crate::api::VERSION)),
+        kind: Some("EtcdMember".into()),
+        name: Some(name.to_owned()),
+        namespace: cluster.namespace(),
+        ..Default::default()
+    }
+}
+
 /// The endpoint at which member `id` answered this round's Status.
 fn answered_endpoint(written: &StatusWritten, id: Option<u64>) -> Option<String> {
     let id = id?;

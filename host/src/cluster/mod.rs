@@ -34,6 +34,7 @@ pub mod evaluate;
 pub mod observe;
 pub mod plan;
 pub mod report;
+pub mod rollout;
 pub mod status;
 #[cfg(test)]
 mod tests;

@@ -91,6 +91,7 @@ impl Observed {
 
     /// The facts the membership planner decides on.
     pub fn plan_facts(&self, quorum_verified: bool, config: &OperatorConfig) -> Facts {
+        let answered = self.answered();
         Facts {
             desired: self.cluster.spec.replicas.max(0) as u32,
             deleting: self.cluster.metadata.deletion_timestamp.is_some(),
@@ -106,6 +107,11 @@ impl Observed {
                     deleting: m.object.metadata.deletion_timestamp.is_some(),
                     failures: m.failures(),
                     pod_stuck: m.pod.stuck.clone(),
+                    spec_version: m.object.spec.version.clone(),
+                    running_version: answered
+                        .get(m.name().as_str())
+                        .map(|s| s.version.clone())
+                        .filter(|v| !v.is_empty()),
                 })
                 .collect(),
             etcd_members: self.listed_members().map(<[_]>::to_vec),
@@ -117,6 +123,7 @@ impl Observed {
             leader_id: self.leader_id(),
             promote_max_lag: config.promote_max_lag,
             crash_loop_threshold: config.crash_loop_threshold,
+            target_version: self.cluster.spec.version.clone(),
         }
     }
 }

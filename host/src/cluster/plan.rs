@@ -25,6 +25,10 @@ pub struct MemberFacts {
     /// Why its Pod's container cannot start, if the kubelet says
     /// ([`crate::facts::PodFacts::stuck`]): named in the wait it causes.
     pub pod_stuck: Option<String>,
+    /// The version its EtcdMember asks for.
+    pub spec_version: String,
+    /// The version etcd reported for it in this reconcile, if it answered.
+    pub running_version: Option<String>,
 }
 
 /// Everything the planner needs, gathered by the observe stage.
@@ -46,6 +50,8 @@ pub struct Facts {
     pub promote_max_lag: u64,
     /// Failures in a row that make a member crash-looping (0: never).
     pub crash_loop_threshold: u32,
+    /// `spec.version`: what every member should run ([`super::rollout`]).
+    pub target_version: String,
 }
 
 impl Facts {
@@ -79,14 +85,26 @@ pub enum Step {
     Promote { name: String, id: u64 },
     /// Delete this EtcdMember; its finalizer runs MemberRemove.
     Remove { name: String },
-    /// The member to remove leads: hand leadership to the most up-to-date
-    /// answering voter first (MoveLeader), so the removal costs no
-    /// election. The next reconcile removes it.
+    /// The member to remove or upgrade leads: hand leadership to the most
+    /// up-to-date answering voter first (MoveLeader), so the change costs
+    /// no election. The next reconcile takes the step that needed it.
     MoveLeader {
         from: String,
         to: String,
         to_id: u64,
+        then: Then,
     },
+    /// Set this member's version to `to`; its Pod is replaced on the same
+    /// volume ([`super::rollout`]). `done` of `total` members run `to`.
+    Upgrade {
+        name: String,
+        to: String,
+        done: usize,
+        total: usize,
+    },
+    /// The spec asks for a change etcd does not support; the text says why
+    /// and what to do. Nothing is done until the spec changes: `Stalled`.
+    Refuse(String),
     /// The member's Pod keeps failing: remove it like a scale-down (its
     /// finalizer runs MemberRemove, its PVC goes with it); a fresh member
     /// is added by the next reconciles.
@@ -97,10 +115,27 @@ pub enum Step {
     Wake { name: String },
 }
 
+/// What leadership moves away for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Then {
+    Remove,
+    Upgrade,
+}
+
+impl Then {
+    fn verb(self) -> &'static str {
+        match self {
+            Then::Remove => "remove",
+            Then::Upgrade => "upgrade",
+        }
+    }
+}
+
 impl Step {
-    /// Steps that change etcd membership or the member set.
+    /// Steps that change etcd membership, leadership, a member's version or
+    /// the member set.
     pub fn changes_membership(&self) -> bool {
-        !matches!(self, Step::Idle | Step::Wait(_))
+        !matches!(self, Step::Idle | Step::Wait(_) | Step::Refuse(_))
     }
 
     /// What the operator does next, in words, for the status.
@@ -115,11 +150,19 @@ impl Step {
             }
             Step::Promote { name, .. } => format!("next: promote learner {name}, caught up"),
             Step::Remove { name } => format!("next: remove member {name}"),
-            Step::MoveLeader { from, to, .. } => {
-                format!(
-                    "next: move leadership from {from} to {to} (MoveLeader), then remove {from}"
-                )
-            }
+            Step::MoveLeader { from, to, then, .. } => format!(
+                "next: move leadership from {from} to {to} (MoveLeader), then {} {from}",
+                then.verb()
+            ),
+            Step::Upgrade {
+                name,
+                to,
+                done,
+                total,
+            } => format!(
+                "next: restart member {name} on etcd {to} ({done} of {total} members run it)"
+            ),
+            Step::Refuse(why) => format!("refused: {why}"),
             Step::Replace { name, failures } => {
                 format!("next: replace member {name}, which failed {failures} times in a row")
             }
@@ -210,7 +253,15 @@ pub fn plan(f: &Facts) -> Step {
 
     // Before promoting or adding: a crash-looping learner would never
     // catch up, and a crash-looping voter is a lost vote.
+    // Not one that fails on the version a rollout just gave it: a fresh
+    // member would hide the failure and carry the rollout on. The rollout
+    // stops there instead, and names it.
     if let Some(broken) = f.crash_looping().next() {
+        if super::rollout::failed_on_new_version(broken, &live) {
+            return super::rollout::next(&live, listed, f).unwrap_or_else(|| {
+                Step::Wait(format!("member {} fails on its new version", broken.name))
+            });
+        }
         return replace(broken, listed, f);
     }
 
@@ -248,7 +299,7 @@ pub fn plan(f: &Facts) -> Step {
     if voters > f.desired {
         return scale_down(&live, listed, f);
     }
-    Step::Idle
+    super::rollout::next(&live, listed, f).unwrap_or(Step::Idle)
 }
 
 /// Replace a crash-looping member, unless that would leave the voters
@@ -286,26 +337,43 @@ fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts) -> Step {
 }
 
 /// Scale-down removes the newest member. When it leads, leadership moves
-/// first, to the answering voter with the highest raft index (the most
-/// up-to-date follower; the lowest ID on a tie), so the removal does not
-/// leave the cluster without a leader for an election timeout.
+/// first ([`move_leadership_off`]), so the removal does not leave the
+/// cluster without a leader for an election timeout.
 fn scale_down(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Step {
     let Some(newest) = live.iter().max_by_key(|m| m.created_ms) else {
         return Step::Wait("no member can be removed safely".into());
     };
-    let leader = f
+    let leads = f
         .leader_id
-        .and_then(|id| listed.iter().find(|m| m.id == id));
-    let Some(leader) = leader.filter(|l| listed_member_name(l) == Some(newest.name.as_str()))
-    else {
+        .and_then(|id| listed.iter().find(|m| m.id == id))
+        .is_some_and(|l| listed_member_name(l) == Some(newest.name.as_str()));
+    if !leads {
         return Step::Remove {
             name: newest.name.clone(),
         };
+    }
+    move_leadership_off(&newest.name, listed, live, f, Then::Remove)
+}
+
+/// MoveLeader from `name`, the leader, to the answering voter with the
+/// highest raft index (the most up-to-date follower; the lowest ID on a
+/// tie), or a wait that says why not.
+pub(super) fn move_leadership_off(
+    name: &str,
+    listed: &[EtcdListed],
+    live: &[&MemberFacts],
+    f: &Facts,
+    then: Then,
+) -> Step {
+    let Some(leader) = f
+        .leader_id
+        .and_then(|id| listed.iter().find(|m| m.id == id))
+    else {
+        return Step::Wait(format!("no leader is known to move away from {name}"));
     };
     if !f.raft_index.contains_key(&leader.id) {
         return Step::Wait(format!(
-            "{} is the newest member and leads, but did not answer; leadership can only be moved by the leader",
-            newest.name
+            "{name} leads but did not answer; leadership can only be moved by the leader"
         ));
     }
     let successor = listed
@@ -319,13 +387,14 @@ fn scale_down(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Step {
         .max_by_key(|(index, m)| (**index, std::cmp::Reverse(m.id)));
     match successor {
         Some((_, m)) => Step::MoveLeader {
-            from: newest.name.clone(),
+            from: name.to_owned(),
             to: listed_member_name(m).unwrap_or_default().to_owned(),
             to_id: m.id,
+            then,
         },
         None => Step::Wait(format!(
-            "{} is the newest member and leads; no other voter answered to take over leadership",
-            newest.name
+            "{name} leads; no other voter answered to take over leadership before the {} step",
+            then.verb()
         )),
     }
 }
@@ -342,6 +411,8 @@ mod tests {
             deleting: false,
             failures: 0,
             pod_stuck: None,
+            spec_version: "3.6.17".into(),
+            running_version: Some("3.6.17".into()),
         }
     }
 
@@ -406,6 +477,7 @@ mod tests {
             leader_id: Some(1),
             promote_max_lag: 0,
             crash_loop_threshold: 5,
+            target_version: "3.6.17".into(),
             ..Facts::default()
         }
     }
@@ -489,7 +561,8 @@ mod tests {
             Step::MoveLeader {
                 from: "e".into(),
                 to: "a".into(),
-                to_id: 1
+                to_id: 1,
+                then: Then::Remove
             }
         );
         // The most up-to-date follower, among those that answered.
@@ -500,7 +573,8 @@ mod tests {
             Step::MoveLeader {
                 from: "e".into(),
                 to: "c".into(),
-                to_id: 3
+                to_id: 3,
+                then: Then::Remove
             }
         );
         // No follower answered: nobody to hand over to, so no removal.

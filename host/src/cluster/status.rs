@@ -49,7 +49,13 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
     let now = e.observed.now;
     let generation = cluster.metadata.generation.unwrap_or_default();
 
-    let stall = stall(e, &prev, now);
+    let stall = stall(e, &prev, now).or_else(|| match step {
+        Step::Refuse(why) => Some(Stall::UnsupportedVersionChange(why.clone())),
+        _ => None,
+    });
+    let facts = e.observed.plan_facts(e.verified, &ctx.config);
+    let live: Vec<_> = facts.members.iter().filter(|m| !m.deleting).collect();
+    let rolling = super::rollout::progress(&cluster.spec.version, &live);
     let running: Vec<&str> = e
         .observed
         .answered()
@@ -63,6 +69,7 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
         e.observed.observation.phase,
         stall.as_ref(),
         step.describe().as_deref(),
+        rolling.as_deref(),
     );
     desired.push(conditions::version_drifted(&cluster.spec.version, &running));
     let conditions = conditions::merge(&prev.conditions, &desired, generation, now);

@@ -44,6 +44,7 @@ pub fn desired(
     phase: HostPhase,
     stall: Option<&Stall>,
     next_step: Option<&str>,
+    rolling: Option<&str>,
 ) -> Vec<Condition> {
     let mut by_type: BTreeMap<String, Condition> = BTreeMap::new();
     for c in policy {
@@ -54,7 +55,11 @@ pub fn desired(
     }
 
     if !by_type.contains_key(PROGRESSING) {
-        by_type.insert(PROGRESSING.to_owned(), progressing_from_phase(phase));
+        let progressing = match rolling.filter(|_| membership_change(phase).is_none()) {
+            Some(r) => Condition::new(PROGRESSING, ConditionStatus::True, reason::UPGRADING, r),
+            None => progressing_from_phase(phase),
+        };
+        by_type.insert(PROGRESSING.to_owned(), progressing);
     }
     if let Some(Stall::ProgressDeadlineExceeded(message)) = stall {
         // The deadline is the host's fact; this is the Deployment convention.
@@ -111,7 +116,10 @@ pub fn desired(
         )
     };
     by_type.insert(READY.to_owned(), ready);
-    by_type.insert(RECONCILING.to_owned(), reconciling(phase, stall, next_step));
+    by_type.insert(
+        RECONCILING.to_owned(),
+        reconciling(phase, stall, next_step, rolling),
+    );
     by_type.insert(STALLED.to_owned(), stalled(stall));
 
     let mut out: Vec<Condition> = ALWAYS.iter().filter_map(|t| by_type.remove(*t)).collect();

@@ -27,6 +27,9 @@ pub enum Stall {
     PolicyUnloadable(String),
     /// The policy's `validate-settings` rejects `spec.statusPolicy.settings`.
     InvalidPolicySettings(String),
+    /// `spec.version` asks for a move etcd does not support (a skipped
+    /// minor, 3.5 → 3.6 from before 3.5.26, a minor downgrade).
+    UnsupportedVersionChange(String),
 }
 
 impl Stall {
@@ -35,6 +38,7 @@ impl Stall {
             Self::ProgressDeadlineExceeded(_) => reason::PROGRESS_DEADLINE_EXCEEDED,
             Self::PolicyUnloadable(_) => reason::POLICY_UNLOADABLE,
             Self::InvalidPolicySettings(_) => reason::INVALID_POLICY_SETTINGS,
+            Self::UnsupportedVersionChange(_) => reason::UNSUPPORTED_VERSION_CHANGE,
         }
     }
 
@@ -42,17 +46,20 @@ impl Stall {
         match self {
             Self::ProgressDeadlineExceeded(m)
             | Self::PolicyUnloadable(m)
-            | Self::InvalidPolicySettings(m) => m,
+            | Self::InvalidPolicySettings(m)
+            | Self::UnsupportedVersionChange(m) => m,
         }
     }
 }
 
 /// `next_step` is the membership planner's next step or what it waits
 /// for; it is what a human reading `kubectl describe` wants to know.
+/// `rolling` says how far a version rollout is, while one runs.
 pub(super) fn reconciling(
     phase: HostPhase,
     stall: Option<&Stall>,
     next_step: Option<&str>,
+    rolling: Option<&str>,
 ) -> Condition {
     if let Some(stall) = stall {
         return Condition::new(
@@ -60,6 +67,18 @@ pub(super) fn reconciling(
             ConditionStatus::False,
             stall.reason(),
             format!("stopped: {}", stall.message()),
+        );
+    }
+    if let Some(rolling) = rolling.filter(|_| membership_change(phase).is_none()) {
+        let message = match next_step {
+            Some(step) => format!("{rolling}; {step}"),
+            None => rolling.to_owned(),
+        };
+        return Condition::new(
+            RECONCILING,
+            ConditionStatus::True,
+            reason::UPGRADING,
+            message,
         );
     }
     let message = match next_step {

@@ -43,6 +43,10 @@ pub mod reason {
     pub const BOOTSTRAPPING: &str = "Bootstrapping";
     pub const SCALING_UP: &str = "ScalingUp";
     pub const SCALING_DOWN: &str = "ScalingDown";
+    /// Members are being rolled to `spec.version`, one at a time.
+    pub const UPGRADING: &str = "Upgrading";
+    /// `spec.version` asks for a change etcd does not support.
+    pub const UNSUPPORTED_VERSION_CHANGE: &str = "UnsupportedVersionChange";
     pub const STEADY: &str = "Steady";
     pub const PAUSED: &str = "Paused";
     pub const DELETING: &str = "Deleting";

@@ -48,7 +48,7 @@ fn reconcile(
 ) -> Vec<MetaCondition> {
     merge(
         stored,
-        &desired(policy, &[], phase, stall, None),
+        &desired(policy, &[], phase, stall, None, None),
         generation,
         now,
     )
@@ -189,6 +189,7 @@ fn reconciling_says_what_the_operator_does_or_waits_for_next() {
         HostPhase::ScalingUp,
         None,
         Some("waiting: learner c is catching up (raft index 40, leader 100)"),
+        None,
     );
     let c = d.iter().find(|c| c.type_ == RECONCILING).unwrap();
     assert_eq!(c.status, ConditionStatus::True);
@@ -305,7 +306,14 @@ fn the_first_condition_of_a_type_wins_and_policy_types_are_kept_in_name_order() 
 #[test]
 fn a_declared_condition_the_policy_did_not_report_becomes_unknown_not_absent() {
     let declared = vec!["SpaceLow".to_owned()];
-    let d = desired(&policy_healthy(), &declared, HostPhase::Steady, None, None);
+    let d = desired(
+        &policy_healthy(),
+        &declared,
+        HostPhase::Steady,
+        None,
+        None,
+        None,
+    );
     let space = d.iter().find(|c| c.type_ == "SpaceLow").unwrap();
     assert_eq!(space.status, Unknown);
     assert_eq!(space.reason, "NotReported");
@@ -320,7 +328,7 @@ fn the_policy_progressing_wins_over_the_host_phase_unless_the_deadline_passed() 
         "SpecChanged",
         "version 3.5.1 -> 3.5.2",
     ));
-    let d = desired(&policy, &[], HostPhase::Steady, None, None);
+    let d = desired(&policy, &[], HostPhase::Steady, None, None, None);
     let p = d.iter().find(|c| c.type_ == PROGRESSING).unwrap();
     assert_eq!((p.status, p.reason.as_str()), (True, "SpecChanged"));
 }

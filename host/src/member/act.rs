@@ -89,6 +89,28 @@ async fn step(o: &Observed, cluster: &EtcdCluster, ctx: &Context) -> Result<Dura
                     .map_err(kube(format!("deleting terminated Pod {name}")))?;
             }
         }
+        // The cluster's rollout set a new version on this member: replace
+        // the Pod on the same volume (same data, same member ID). Only the
+        // cluster planner changes spec.version, one member at a time.
+        Some(p)
+            if p.metadata.deletion_timestamp.is_none()
+                && resources::pod_version(p).is_some_and(|v| v != member.spec.version) =>
+        {
+            let ev = KubeEvent {
+                type_: KubeEventType::Normal,
+                reason: "RestartingOnNewVersion".into(),
+                note: Some(format!(
+                    "replacing Pod {name} (etcd {}) with one running etcd {} on the same volume",
+                    resources::pod_version(p).unwrap_or_default(),
+                    member.spec.version
+                )),
+                action: "ReplacePod".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&ev, &member.object_ref(&())).await;
+            settled(pods.delete(&name, &delete_this(p)).await.map(drop))
+                .map_err(kube(format!("deleting Pod {name} for its new version")))?;
+        }
         // The PDB counts voter Pods by label; a promoted learner's Pod
         // must say so.
         Some(p)
@@ -115,7 +137,21 @@ async fn step(o: &Observed, cluster: &EtcdCluster, ctx: &Context) -> Result<Dura
             settled(pods.create(&PostParams::default(), &pod).await.map(drop))
                 .map_err(kube(format!("creating Pod {name}")))?;
         }
-        _ => {}
+        _ => {
+            if let Some(v) = o.volume().filter(|v| v.needs_request) {
+                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                let patch =
+                    serde_json::json!({"spec": {"resources": {"requests": {"storage": v.wanted}}}});
+                pvcs.patch(&v.claim, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(kube(format!(
+                        "{} {} to {}",
+                        super::volume::RESIZE_ACTION,
+                        v.claim,
+                        v.wanted
+                    )))?;
+            }
+        }
     }
     Ok(next)
 }

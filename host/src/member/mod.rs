@@ -27,6 +27,7 @@ pub mod observe;
 pub mod status;
 #[cfg(test)]
 mod tests;
+pub mod volume;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -19,6 +19,8 @@ pub struct Observed {
     /// The owning cluster, or why it could not be read.
     pub cluster: Result<EtcdCluster, String>,
     pub pod: Option<Arc<Pod>>,
+    /// The member's PVC (`data-<member>`), from the cache.
+    pub pvc: Option<Arc<PersistentVolumeClaim>>,
     pub facts: PodFacts,
     /// The current Pod terminated and is not counted yet.
     pub newly_terminated: bool,
@@ -41,6 +43,13 @@ impl Observed {
             .members
             .iter()
             .find(|m| m.name == name)
+    }
+
+    /// The member's volume against the cluster's `spec.storage.size`; None
+    /// without a PVC (Memory, or not created yet) or without the cluster.
+    pub fn volume(&self) -> Option<super::volume::VolumeState> {
+        let cluster = self.cluster.as_ref().ok()?;
+        super::volume::volume_state(self.pvc.as_deref()?, &cluster.spec.storage.size)
     }
 
     /// Consecutive failures including the current Pod's.
@@ -71,6 +80,11 @@ pub async fn observe(cached: Arc<EtcdMember>, ctx: &Context) -> Option<Observed>
         .pods
         .store()
         .get(&ObjectRef::new(&name).within(&ns));
+    let pvc = ctx
+        .watches
+        .pvcs
+        .store()
+        .get(&ObjectRef::new(&crate::resources::pvc_name(&name)).within(&ns));
     let facts = pod_facts(pod.as_deref());
     let status = member.status.clone().unwrap_or_default();
     let uid = pod.as_ref().and_then(|p| p.uid());
@@ -85,6 +99,7 @@ pub async fn observe(cached: Arc<EtcdMember>, ctx: &Context) -> Option<Observed>
         member,
         cluster,
         pod,
+        pvc,
         facts,
         newly_terminated,
         prior_failures,

@@ -44,6 +44,13 @@ pub fn next_status(o: &Observed, last_action_error: Option<String>) -> EtcdMembe
         spec_version: member.spec.version.clone(),
         running_version: summary.and_then(|s| s.version.clone()),
     });
+    let mut desired = desired;
+    if let Some(volume) = o.volume() {
+        let refused = last_action_error
+            .as_deref()
+            .filter(|e| e.starts_with(super::volume::RESIZE_ACTION));
+        desired.push(super::volume::condition(&volume, refused));
+    }
     let ready = desired
         .iter()
         .any(|c| c.type_ == conditions::member::READY && c.status == ConditionStatus::True);

@@ -43,6 +43,15 @@ static ENGINE: LazyLock<PolicyEngine> =
 
 /// A test context on `client` whose Pod cache holds `pods`.
 fn context(client: kube::Client, pods: &[Pod]) -> Arc<Context> {
+    context_with(client, pods, &[])
+}
+
+/// The same, with `pvcs` in the PVC cache.
+fn context_with(
+    client: kube::Client,
+    pods: &[Pod],
+    pvcs: &[k8s_openapi::api::core::v1::PersistentVolumeClaim],
+) -> Arc<Context> {
     // Never called: the member stages do not talk to etcd.
     let etcd = Arc::new(EtcdClient::new(ClientConfig {
         deadline: Duration::from_millis(300),
@@ -56,7 +65,88 @@ fn context(client: kube::Client, pods: &[Pod]) -> Arc<Context> {
     for pod in pods {
         writers.pods.apply_watcher_event(&Event::Apply(pod.clone()));
     }
+    for pvc in pvcs {
+        writers.pvcs.apply_watcher_event(&Event::Apply(pvc.clone()));
+    }
     ctx
+}
+
+/// `data-<member>` as the provisioner left it: bound, `size` requested and
+/// provided.
+fn bound_pvc(
+    cluster: &EtcdCluster,
+    member: &EtcdMember,
+    size: &str,
+) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+    let mut pvc = resources::member_pvc(cluster, member)
+        .expect("the PVC builds")
+        .expect("a disk member has one");
+    let value = serde_json::to_value(&pvc).unwrap();
+    let mut value = value;
+    value["spec"]["resources"]["requests"]["storage"] = json!(size);
+    value["status"] = json!({"phase": "Bound", "capacity": {"storage": size}});
+    pvc = serde_json::from_value(value).unwrap();
+    pvc
+}
+
+/// A bigger spec.storage.size: the PVC's request is patched to it (a
+/// quantity comparison: 1024Mi is not smaller than 1Gi), and the API
+/// server's refusal (a StorageClass without allowVolumeExpansion) shows in
+/// the member's StorageResized condition on the next status.
+#[tokio::test]
+async fn a_larger_storage_size_patches_the_claim_and_a_refusal_is_named_in_the_status() {
+    let mut cluster = cluster();
+    let member = fixtures::member("main-0", true);
+    let pod = running_pod(&cluster, &member);
+    cluster.spec.storage.size =
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into());
+    let pvc = bound_pvc(&cluster, &member, "1024Mi");
+    let (client, apiserver) = pair();
+    let ctx = context_with(client, &[pod], &[pvc]);
+    let refused = "persistentvolumeclaims \"data-main-0\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize";
+
+    let scenario = apiserver.run(vec![
+        Exchange::get(CLUSTER).respond(ok(&cluster)),
+        Exchange::patch(member_status("main-0"))
+            .body(|body| {
+                let conditions = body["status"]["conditions"].as_array().unwrap();
+                let resized = conditions.iter().find(|c| c["type"] == "StorageResized");
+                assert_eq!(resized.unwrap()["reason"], "Resizing", "{body}");
+            })
+            .respond(ok(&member)),
+        Exchange::patch(format!("{PVCS}/data-main-0"))
+            .body_includes(json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}))
+            .respond(api_error(403, "Forbidden", refused)),
+        Exchange::get(CLUSTER).respond(ok(&cluster)),
+        Exchange::patch(member_status("main-0"))
+            .body(move |body| {
+                let refusal = body["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "StorageResized")
+                    .cloned()
+                    .unwrap();
+                assert_eq!(refusal["reason"], "ExpansionRefused", "{refusal}");
+                let message = refusal["message"].as_str().unwrap();
+                assert!(
+                    message.starts_with(
+                        "growing data-main-0 to 2Gi was refused: growing PVC data-main-0 to 2Gi: "
+                    ),
+                    "{message}"
+                );
+                assert!(message.contains("must support resize"), "{message}");
+            })
+            .respond(ok(&member)),
+        Exchange::patch(format!("{PVCS}/data-main-0")).respond(api_error(
+            403,
+            "Forbidden",
+            refused,
+        )),
+    ]);
+    apply(Arc::new(member.clone()), &ctx).await.unwrap();
+    apply(Arc::new(member.clone()), &ctx).await.unwrap();
+    scenario.finish().await;
 }
 
 fn cluster() -> EtcdCluster {
@@ -234,6 +324,7 @@ async fn an_unchanged_status_is_not_written_again_and_a_settled_pod_is_left_alon
         member: Arc::new(member.clone()),
         cluster: Ok(cluster.clone()),
         pod: Some(Arc::new(pod.clone())),
+        pvc: None,
         facts: pod_facts(Some(&pod)),
         newly_terminated: false,
         prior_failures: 0,

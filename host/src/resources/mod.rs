@@ -19,7 +19,7 @@ pub use names::{
     member_name_from_peer_url, member_peer_url, new_member_name, seed_initial_cluster,
 };
 pub use pdb::pod_disruption_budget;
-pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod};
+pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod, pod_version};
 pub use pvc::{member_pvc, pvc_name};
 pub use service::{client_service, client_service_name, headless_service};
 
@@ -39,6 +39,10 @@ pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_MEMBER: &str = "etcd.steward.dev/member";
 /// `voter` or `learner`; the PDB counts voters only.
+/// On a member Pod: the etcd version it was built for (its image tag says
+/// the same); the member controller replaces a Pod whose version is not
+/// its EtcdMember's.
+pub const ANNOTATION_VERSION: &str = "etcd.steward.dev/version";
 pub const LABEL_ROLE: &str = "etcd.steward.dev/role";
 pub const ROLE_VOTER: &str = "voter";
 pub const ROLE_LEARNER: &str = "learner";

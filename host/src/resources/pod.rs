@@ -17,9 +17,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use kube::ResourceExt;
+
 use super::{
-    BuildError, CLIENT_PORT, METRICS_PORT, MemberContext, PEER_PORT, member_client_url,
-    member_labels, member_peer_url, owner_of, pvc_name,
+    ANNOTATION_VERSION, BuildError, CLIENT_PORT, METRICS_PORT, MemberContext, PEER_PORT,
+    member_client_url, member_labels, member_peer_url, owner_of, pvc_name,
 };
 use crate::api::{EtcdCluster, EtcdMember, StorageMedium};
 
@@ -42,7 +44,7 @@ pub fn member_pod(
     let owner = owner_of(member, "EtcdMember")?;
     let spec = &cx.cluster.spec;
 
-    let (mut labels, annotations) = match &spec.additional_metadata {
+    let (mut labels, mut annotations) = match &spec.additional_metadata {
         Some(extra) => (extra.labels.clone(), extra.annotations.clone()),
         None => (BTreeMap::new(), BTreeMap::new()),
     };
@@ -51,6 +53,7 @@ pub fn member_pod(
         &cx.member_name,
         member.is_voter(),
     ));
+    annotations.insert(ANNOTATION_VERSION.to_owned(), member.spec.version.clone());
 
     Ok(Pod {
         metadata: ObjectMeta {
@@ -77,6 +80,23 @@ pub fn member_pod(
         }),
         status: None,
     })
+}
+
+/// The etcd version `pod` was built for: its annotation, else (a Pod made
+/// before the annotation existed) its etcd image's `v` tag.
+pub fn pod_version(pod: &Pod) -> Option<&str> {
+    if let Some(v) = pod.annotations().get(ANNOTATION_VERSION) {
+        return Some(v);
+    }
+    let image = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == CONTAINER)?
+        .image
+        .as_deref()?;
+    image.rsplit_once(":v").map(|(_, v)| v)
 }
 
 /// The Pod has terminated for good (phase Succeeded or Failed): with

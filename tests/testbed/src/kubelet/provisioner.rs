@@ -8,6 +8,13 @@
 //! the kubelet's root, and the PV controller binds it. When the claim is
 //! deleted the PV controller marks the volume Released, and this
 //! provisioner deletes its directory and then the PV.
+//!
+//! It also does an external resizer's part, as a CSI driver's
+//! external-resizer would for a volume that needs no node-side step: the
+//! StorageClass allows expansion, the API server's admission lets a claim's
+//! request grow, and this provisioner sets the PV's capacity and then the
+//! claim's `status.capacity` to the new size. A directory has no size to
+//! grow; the capacities are what the operator and `kubectl` read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,9 +23,11 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use kube_quantity::ParsedQuantity;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -59,6 +68,7 @@ impl Provisioner {
             "provisioner": PROVISIONER,
             "volumeBindingMode": "WaitForFirstConsumer",
             "reclaimPolicy": "Delete",
+            "allowVolumeExpansion": true,
         }))?;
         Api::<StorageClass>::all(client.clone())
             .patch(
@@ -69,9 +79,10 @@ impl Provisioner {
             .await
             .context("installing the default StorageClass")?;
         let claims = tokio::spawn(provision_claims(client.clone(), root.clone()));
+        let resizes = tokio::spawn(resize_claims(client.clone()));
         let volumes = tokio::spawn(reclaim_volumes(client, root));
         Ok(Provisioner {
-            tasks: vec![claims, volumes],
+            tasks: vec![claims, resizes, volumes],
         })
     }
 }
@@ -176,6 +187,75 @@ async fn provision(client: &Client, root: &Path, claim: &PersistentVolumeClaim) 
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e).context("creating the PersistentVolume"),
     }
+}
+
+async fn resize_claims(client: Client) {
+    let api: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let mut claims = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(claim) = claims.next().await {
+        let Ok(claim) = claim else { continue };
+        if let Err(e) = resize(&client, &claim).await {
+            tracing::warn!(
+                "resizing {}/{}: {e:#}",
+                claim.namespace().unwrap_or_default(),
+                claim.name_any()
+            );
+        }
+    }
+}
+
+fn storage(resources: Option<&BTreeMap<String, Quantity>>) -> Option<ParsedQuantity> {
+    ParsedQuantity::try_from(resources?.get("storage")?).ok()
+}
+
+/// Grows a bound claim of ours whose request exceeds its capacity: the
+/// PV's capacity first, then the claim's status, as the external-resizer
+/// does for a volume that needs no node-side expansion.
+async fn resize(client: &Client, claim: &PersistentVolumeClaim) -> Result<()> {
+    let spec = claim.spec.clone().unwrap_or_default();
+    let Some(volume) = spec.volume_name.filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let Some(Quantity(requested)) = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .cloned()
+    else {
+        return Ok(());
+    };
+    let want = ParsedQuantity::try_from(requested.as_str())
+        .with_context(|| format!("claim requests {requested:?}"))?;
+    let has = storage(claim.status.as_ref().and_then(|s| s.capacity.as_ref()));
+    if has.is_some_and(|has| has >= want) || claim.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs.get(&volume).await.context("reading the claim's PV")?;
+    if pv.annotations().get(ANN_PROVISIONED_BY).map(String::as_str) != Some(PROVISIONER) {
+        return Ok(());
+    }
+    let patch = json!({"spec": {"capacity": {"storage": requested}}});
+    pvs.patch(&volume, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context("setting the PV's capacity")?;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), &claim.namespace().unwrap_or_default());
+    let patch = json!({"status": {"capacity": {"storage": requested}}});
+    claims
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .context("setting the claim's status.capacity")?;
+    tracing::info!(claim = %claim.name_any(), size = %requested, "resized a local volume");
+    Ok(())
 }
 
 async fn reclaim_volumes(client: Client, root: PathBuf) {
