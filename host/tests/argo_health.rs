@@ -44,7 +44,7 @@ fn health_lua_and_the_docs_snippet_pass_every_fixture_under_gopher_lua() {
             .count()
     };
     let mut total = 0;
-    for (kind, at_least) in [("EtcdCluster", 9), ("EtcdStatusPolicy", 5)] {
+    for (kind, at_least) in [("EtcdCluster", 9), ("EtcdStatusPolicy", 6)] {
         let n = fixtures(kind);
         assert!(n >= at_least, "{kind}'s health_test.yaml has {n} cases");
         assert_eq!(ok("health.lua", kind), n, "{text}");

@@ -107,9 +107,13 @@ fn assert_policy_read(env: &Env, p: &EtcdStatusPolicy, kstatus: &str, argo: &str
         "kstatus {read}; Argo CD {health}; status:\n{}",
         serde_json::to_string_pretty(&p.status).unwrap()
     );
-    // What a person sees in Argo CD is the condition's own words.
-    let ready = policy_condition(p, "Ready").unwrap();
-    assert!(health.message.contains(ready.2), "{health}");
+    // What a person sees in Argo CD is the condition's own words: Degraded's
+    // while a loaded version fails its evaluations, else Ready's.
+    let named = match policy_condition(p, "Degraded") {
+        Some(("True", _, _)) => policy_condition(p, "Degraded"),
+        _ => policy_condition(p, "Ready"),
+    };
+    assert!(health.message.contains(named.unwrap().2), "{health}");
 }
 
 /// A component in a ConfigMap of the operator's namespace.
@@ -382,6 +386,56 @@ fn a_config_map_policy_is_updated_bytes_first_then_pin_without_an_outage() {
             policy_condition(&p, "SourceDrifted").unwrap().1,
             "SourceMatches"
         );
+
+        // The running version traps on every evaluation (chaos, fault
+        // trap): it stays loaded (Ready=True), but the policy is Degraded,
+        // naming the cluster that gets the fallback verdict, and Argo CD
+        // reads it Degraded.
+        select(
+            &env,
+            "lag",
+            "raft-lag",
+            serde_json::json!({"fault": "trap"}),
+        )
+        .await;
+        let p = wait_policy(&env, "raft-lag", "Degraded=True, EvaluationsFailing", |p| {
+            policy_condition(p, "Degraded").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert_eq!(
+            policy_condition(&p, "Degraded").unwrap().1,
+            "EvaluationsFailing"
+        );
+        assert_eq!(policy_condition(&p, "Ready").unwrap().0, "True");
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.failing_evaluations, 1);
+        assert_eq!(status.failing_clusters.len(), 1);
+        assert_eq!(status.failing_clusters[0].name, "lag");
+        assert_eq!(status.failing_clusters[0].reason, "Trap");
+        assert_policy_read(&env, &p, "Current", "Degraded");
+        let c = env
+            .wait_for("lag", "the fallback verdict", |c| {
+                condition_reason(c, "Available") == Some("PolicyFailed")
+            })
+            .await;
+        assert_eq!(condition(&c, "Available"), Some("Unknown"));
+        // Settings it evaluates again (a merge patch: the key is replaced,
+        // not dropped): Degraded clears with the next answer.
+        select(
+            &env,
+            "lag",
+            "raft-lag",
+            serde_json::json!({"fault": "none"}),
+        )
+        .await;
+        let p = wait_policy(&env, "raft-lag", "Degraded=False", |p| {
+            policy_condition(p, "Degraded").is_some_and(|c| c.0 == "False")
+        })
+        .await;
+        assert_eq!(p.status.as_ref().unwrap().failing_evaluations, 0);
+        assert_policy_read(&env, &p, "Current", "Healthy");
+        // Back to the settings both versions accept (null drops the key).
+        select(&env, "lag", "raft-lag", serde_json::json!({"fault": null})).await;
 
         // A new pin whose bytes the source does not hold is a new version
         // that cannot run: it is refused, and no version runs.

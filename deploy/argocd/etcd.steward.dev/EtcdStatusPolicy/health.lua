@@ -1,7 +1,8 @@
 -- Argo CD health check for etcd.steward.dev/EtcdStatusPolicy.
--- Healthy only while the pinned component runs: while none does, every
--- cluster that selects the policy gets the fallback verdict, so a policy
--- that failed to load is Degraded even while its registry is retried.
+-- Healthy only while the pinned component runs and its evaluations answer:
+-- while none runs, or while it runs but fails (Degraded=True,
+-- EvaluationsFailing), every cluster that selects it gets the fallback
+-- verdict, so the policy is Degraded, even while its registry is retried.
 local hs = {}
 
 local function describe(c)
@@ -32,6 +33,15 @@ end
 local c = {}
 for _, cond in ipairs(obj.status.conditions) do
   c[cond.type] = cond
+end
+
+-- Loaded but failing: the pinned version runs, yet its evaluations trap,
+-- time out or are rejected, so the clusters that select it read the
+-- fallback verdict. Not healthy, whatever Ready says about loading.
+if c.Ready ~= nil and c.Ready.status == "True" and c.Degraded ~= nil and c.Degraded.status == "True" then
+  hs.status = "Degraded"
+  hs.message = describe(c.Degraded)
+  return hs
 end
 
 if c.Ready ~= nil and c.Ready.status == "True" then
