@@ -85,6 +85,9 @@ pub struct Context {
     /// cached copy still has that version is as desired (see
     /// [`Context::needs_apply`]).
     applied: Mutex<HashMap<String, (String, u64)>>,
+    /// Defragmentations this process ran, by cluster UID and member name,
+    /// until the status that shows them is written.
+    defrags: Mutex<HashMap<String, HashMap<String, crate::api::LastDefrag>>>,
 }
 
 impl Context {
@@ -96,6 +99,32 @@ impl Context {
             .expect("poisoned")
             .get(&obj.uid().unwrap_or_default())
             .cloned()
+    }
+
+    /// The defragmentations of `cluster`'s members this process ran.
+    pub fn defrags(&self, cluster: &impl ResourceExt) -> HashMap<String, crate::api::LastDefrag> {
+        let uid = cluster.uid().unwrap_or_default();
+        self.defrags
+            .lock()
+            .expect("poisoned")
+            .get(&uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn record_defrag(
+        &self,
+        cluster: &impl ResourceExt,
+        member: &str,
+        done: crate::api::LastDefrag,
+    ) {
+        let uid = cluster.uid().unwrap_or_default();
+        self.defrags
+            .lock()
+            .expect("poisoned")
+            .entry(uid)
+            .or_default()
+            .insert(member.to_owned(), done);
     }
 
     /// The exact time etcd last verified `cluster`, as this process saw it.
@@ -183,6 +212,7 @@ impl Context {
         if let Some(uid) = obj.uid() {
             self.action_errors.lock().expect("poisoned").remove(&uid);
             self.verified_at.lock().expect("poisoned").remove(&uid);
+            self.defrags.lock().expect("poisoned").remove(&uid);
         }
         self.applied
             .lock()
@@ -279,6 +309,7 @@ impl Context {
             action_errors: Mutex::default(),
             verified_at: Mutex::default(),
             applied: Mutex::default(),
+            defrags: Mutex::default(),
         }
     }
 }

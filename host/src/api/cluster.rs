@@ -129,8 +129,8 @@ pub struct EtcdClusterSpec {
     #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"), length(max = 32))]
     #[x_kube(
         // Keep the minors in step with SUPPORTED_ETCD_MINORS (a unit test does).
-        validation = Rule::new("self.matches('^3[.](5|6|7)[.][0-9]+$')").message(
-            "spec.version must be a release of etcd 3.5, 3.6 or 3.7, the minor versions this operator supports (docs/api.md#versions)"
+        validation = Rule::new("self.matches('^3[.](5|6|7)[.](0|[1-9][0-9]*)$')").message(
+            "spec.version must be a release of etcd 3.5, 3.6 or 3.7 (X.Y.Z without leading zeros), the minor versions this operator supports (docs/api.md#versions)"
         ),
         validation = Rule::new("!(self in ['3.5.0', '3.5.1', '3.5.2'])").message(
             "spec.version 3.5.0, 3.5.1 and 3.5.2 are refused: they have a data-inconsistency bug that etcd fixed in 3.5.3 (use 3.5.26 or later, or 3.6)"
@@ -183,6 +183,10 @@ pub struct EtcdClusterSpec {
     /// A closed set of etcd flags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<EtcdOptions>,
+
+    /// Maintenance the operator does on its own. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
 
     /// Which status policy derives this cluster's verdict, and its settings.
     /// Unset: the embedded default policy with default settings.
@@ -350,6 +354,56 @@ pub struct AdditionalMetadata {
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// Maintenance the operator does on its own.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// Defragment members' databases, one member at a time. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defrag: Option<DefragSpec>,
+}
+
+/// When a member's database is defragmented. A member qualifies once at
+/// least 1 MiB of its database file is free and either threshold is met,
+/// or while it has a NOSPACE alarm.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragSpec {
+    /// Percent of the database file that is free (dbSize - dbSizeInUse,
+    /// against dbSize) at which a member is defragmented.
+    #[serde(default = "default_fragmented_percent")]
+    #[schemars(range(min = 1, max = 100))]
+    pub fragmented_percent: i32,
+    /// Percent of the backend quota (options.quotaBackendBytes, or etcd's
+    /// default of 2 GiB) the database file may reach before the member is
+    /// defragmented, whatever its fragmentation.
+    #[serde(default = "default_quota_percent")]
+    #[schemars(range(min = 1, max = 100))]
+    pub quota_percent: i32,
+    /// A cron schedule (5 fields, UTC). Set: each qualifying member is
+    /// defragmented once within the hour after each scheduled time. Unset:
+    /// whenever it qualifies, at most once every 10 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub schedule: Option<String>,
+    /// After a defragmentation, disarm the cluster's NOSPACE alarm when
+    /// every member's database is back under the quota.
+    #[serde(default = "default_true")]
+    pub clear_no_space_alarm: bool,
+}
+
+fn default_fragmented_percent() -> i32 {
+    50
+}
+
+fn default_quota_percent() -> i32 {
+    80
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// The etcd flags a user may set. A closed set on purpose: a free-form map
@@ -524,6 +578,9 @@ pub struct PolicyStatus {
 pub struct MemberSummary {
     /// The EtcdMember (and Pod) name.
     pub name: String,
+    /// The last defragmentation the operator ran on this member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_defrag: Option<LastDefrag>,
     /// etcd member ID in hex; unset until etcd reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -535,6 +592,16 @@ pub struct MemberSummary {
     pub leader: bool,
     #[serde(default)]
     pub healthy: bool,
+}
+
+/// One defragmentation, as the operator ran it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastDefrag {
+    /// When it finished.
+    pub time: Time,
+    /// dbSize before, less dbSize after (0 if it grew meanwhile).
+    pub reclaimed_bytes: i64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -588,7 +655,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join("|");
         assert!(
-            crd.contains(&format!("^3[.]({alternatives})[.][0-9]+$")),
+            crd.contains(&format!("^3[.]({alternatives})[.](0|[1-9][0-9]*)$")),
             "the spec.version rule and SUPPORTED_ETCD_MINORS differ"
         );
     }

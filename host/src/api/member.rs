@@ -91,6 +91,11 @@ pub struct EtcdMemberStatus {
     #[serde(default)]
     #[schemars(extend("format" = "int32"))]
     pub consecutive_failures: u32,
+    /// The spec.version the counted failures happened on. A rollout (or
+    /// its rollback) that gives the member another version starts the
+    /// count afresh: failures of one version say nothing of the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures_version: Option<String>,
     /// UID of the last terminated Pod counted in podRestarts (and
     /// consecutiveFailures): a Pod is counted once however often it is seen.
     #[serde(
@@ -114,6 +119,14 @@ pub struct EtcdMemberStatus {
 }
 
 impl EtcdMemberStatus {
+    /// consecutiveFailures, if they happened on `version`; else 0.
+    pub fn failures_on(&self, version: &str) -> u32 {
+        match &self.failures_version {
+            Some(v) if v != version => 0,
+            _ => self.consecutive_failures,
+        }
+    }
+
     /// The condition of the given type, if the status has one.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)

@@ -153,7 +153,13 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
     let ns = cluster.namespace().unwrap_or_default();
     let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     match step {
-        Step::Idle | Step::Wait(_) | Step::Refuse(_) => Ok(()),
+        Step::Idle | Step::Wait(_) | Step::Refuse { .. } => Ok(()),
+        Step::Defragment {
+            name,
+            id,
+            why,
+            clear_no_space,
+        } => defragment(written, ctx, name, *id, why, *clear_no_space).await,
         Step::CreateSeed => {
             // The cache may not show a seed created a moment ago; two seeds
             // would be two clusters. Ask the API server itself.
@@ -191,7 +197,8 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 .await
                 .map_err(etcd(format!("MemberAddAsLearner {peer}")))?;
             let initial = joining(&added.members, &name, &peer)?;
-            let member = resources::etcd_member(cluster, &name, &initial, false)?;
+            let mut member = resources::etcd_member(cluster, &name, &initial, false)?;
+            member.spec.version = join_version(written, ctx);
             members
                 .create(&PostParams::default(), &member)
                 .await
@@ -202,7 +209,8 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
             let listed = e.observed.listed_members().unwrap_or_default();
             let peer = resources::member_peer_url(name, &cluster.name_any(), &ns);
             let initial = joining(listed, name, &peer)?;
-            let member = resources::etcd_member(cluster, name, &initial, false)?;
+            let mut member = resources::etcd_member(cluster, name, &initial, false)?;
+            member.spec.version = join_version(written, ctx);
             match members.create(&PostParams::default(), &member).await {
                 // The watch cache lagged behind an AddLearner that created
                 // it a moment ago: the object this step wanted exists.
@@ -250,6 +258,7 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                     match then {
                         Then::Remove => "removal",
                         Then::Upgrade => "upgrade",
+                        Then::Defragment => "defragmentation",
                     }
                 )),
                 action: "MoveLeader".into(),
@@ -329,6 +338,100 @@ fn joining(
 }
 
 /// Client endpoints that answered this reconcile, the leader's first.
+/// The version a joining member starts on ([`super::rollout::join_version`]).
+fn join_version(written: &StatusWritten, ctx: &Context) -> String {
+    let e = &written.evaluated;
+    super::rollout::join_version(&e.observed.plan_facts(e.verified, &ctx.config))
+}
+
+/// How long one member's defragmentation may take. The cluster's reconcile
+/// waits for it, so its status is not refreshed meanwhile (docs/api.md).
+const DEFRAG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Defragments member `name`, reads its size back, clears the NOSPACE
+/// alarms once every member is under the quota, and records the result for
+/// the next status, with an Event.
+async fn defragment(
+    written: &StatusWritten,
+    ctx: &Context,
+    name: &str,
+    id: u64,
+    why: &str,
+    clear_no_space: bool,
+) -> Result<(), ActError> {
+    let e = &written.evaluated;
+    let cluster = &e.observed.cluster;
+    let endpoint =
+        answered_endpoint(written, Some(id)).ok_or_else(|| ActError::LeaderUnanswered {
+            leader: name.to_owned(),
+        })?;
+    let before = e.observed.answered().get(name).map_or(0, |s| s.db_size);
+    ctx.etcd
+        .defragment(&endpoint, DEFRAG_DEADLINE)
+        .await
+        .map_err(etcd(format!("Defragment {name}")))?;
+    let after = ctx
+        .etcd
+        .status(&endpoint)
+        .await
+        .map_err(etcd(format!("Status of {name} after defragmenting it")))?;
+    let reclaimed = before.saturating_sub(after.db_size);
+    ctx.record_defrag(
+        cluster.as_ref(),
+        name,
+        crate::api::LastDefrag {
+            time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            reclaimed_bytes: reclaimed as i64,
+        },
+    );
+    let quota = e.observed.plan_facts(e.verified, &ctx.config).quota_bytes;
+    let mut cleared = Vec::new();
+    if clear_no_space {
+        // The alarm is the cluster's: clear it only when no member's
+        // database is still over the quota, this one as it is now.
+        let over = e
+            .observed
+            .answered()
+            .iter()
+            .any(|(n, s)| *n != name && s.db_size >= quota)
+            || after.db_size >= quota;
+        if !over {
+            for (member, status) in e.observed.answered() {
+                if status
+                    .alarms
+                    .contains(&steward_policy_sdk::AlarmKind::Nospace)
+                {
+                    ctx.etcd
+                        .disarm_no_space(&endpoint, status.member_id)
+                        .await
+                        .map_err(etcd(format!("AlarmDisarm NOSPACE of {member}")))?;
+                    cleared.push(member.to_string());
+                }
+            }
+        }
+    }
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let ev = KubeEvent {
+        type_: KubeEventType::Normal,
+        reason: "Defragmented".into(),
+        note: Some(format!(
+            "defragmented member {name} ({why}): {:.1} MiB reclaimed, {:.1} MiB -> {:.1} MiB{}",
+            mib(reclaimed),
+            mib(before),
+            mib(after.db_size),
+            if cleared.is_empty() {
+                String::new()
+            } else {
+                format!("; NOSPACE alarm cleared for {}", cleared.join(", "))
+            }
+        )),
+        action: "Defragment".into(),
+        secondary: Some(member_ref(cluster, name)),
+    };
+    let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
+    Ok(())
+}
+
 /// A reference to EtcdMember `name` of `cluster`, as an Event's related object.
 fn member_ref(cluster: &EtcdCluster, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
     k8s_openapi::api::core::v1::ObjectReference {

@@ -84,6 +84,7 @@ fn cluster_last_seen_healthy() -> EtcdCluster {
             .iter()
             .enumerate()
             .map(|(i, n)| MemberSummary {
+                last_defrag: None,
                 name: (*n).into(),
                 id: Some(format!("{:x}", i + 1)),
                 role: MemberRole::Voter,

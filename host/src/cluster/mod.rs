@@ -31,6 +31,7 @@ pub mod act;
 #[cfg(test)]
 mod api_tests;
 pub mod evaluate;
+pub mod maintenance;
 pub mod observe;
 pub mod plan;
 pub mod report;

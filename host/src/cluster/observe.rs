@@ -36,7 +36,7 @@ impl MemberView {
     /// more start later.
     pub fn failures(&self) -> u32 {
         let status = self.object.status.as_ref();
-        let counted = status.map_or(0, |s| s.consecutive_failures);
+        let counted = status.map_or(0, |s| s.failures_on(&self.object.spec.version));
         let known = self.pod_uid.is_some()
             && status.and_then(|s| s.last_terminated_pod_uid.as_ref()) == self.pod_uid.as_ref();
         let pending = !self.pod.deleting && self.pod.counts_as_failure() && !known;
@@ -52,6 +52,9 @@ pub struct Observed {
     pub observation: sdk::Observation,
     /// The cluster ID, latched now or earlier.
     pub cluster_id: Option<String>,
+    /// Defragmentations this process ran since the stored status was
+    /// written, by member name ([`Context::defrags`]).
+    pub defrags: std::collections::HashMap<String, crate::api::LastDefrag>,
     pub now: jiff::Timestamp,
 }
 
@@ -89,6 +92,21 @@ impl Observed {
             .find(|&l| l != 0)
     }
 
+    /// The last defragmentation of member `name`: this process's record,
+    /// else the one the stored status carries.
+    pub fn last_defrag(&self, name: &str) -> Option<crate::api::LastDefrag> {
+        self.defrags.get(name).cloned().or_else(|| {
+            self.cluster
+                .status
+                .as_ref()?
+                .members
+                .iter()
+                .find(|m| m.name == name)?
+                .last_defrag
+                .clone()
+        })
+    }
+
     /// The facts the membership planner decides on.
     pub fn plan_facts(&self, quorum_verified: bool, config: &OperatorConfig) -> Facts {
         let answered = self.answered();
@@ -112,6 +130,12 @@ impl Observed {
                         .get(m.name().as_str())
                         .map(|s| s.version.clone())
                         .filter(|v| !v.is_empty()),
+                    db_size: answered.get(m.name().as_str()).map(|s| s.db_size),
+                    db_in_use: answered.get(m.name().as_str()).map(|s| s.db_size_in_use),
+                    no_space: answered
+                        .get(m.name().as_str())
+                        .is_some_and(|s| s.alarms.contains(&sdk::AlarmKind::Nospace)),
+                    last_defrag_ms: self.last_defrag(&m.name()).map(|d| ms(&d.time)),
                 })
                 .collect(),
             etcd_members: self.listed_members().map(<[_]>::to_vec),
@@ -124,6 +148,25 @@ impl Observed {
             promote_max_lag: config.promote_max_lag,
             crash_loop_threshold: config.crash_loop_threshold,
             target_version: self.cluster.spec.version.clone(),
+            memory: matches!(
+                self.cluster.spec.storage.medium,
+                crate::api::StorageMedium::Memory
+            ),
+            defrag: self
+                .cluster
+                .spec
+                .maintenance
+                .as_ref()
+                .and_then(|m| m.defrag.clone()),
+            quota_bytes: self
+                .cluster
+                .spec
+                .options
+                .as_ref()
+                .and_then(|o| o.quota_backend_bytes)
+                .filter(|q| *q > 0)
+                .map_or(super::maintenance::DEFAULT_QUOTA_BYTES, |q| q as u64),
+            now_ms: self.now.as_millisecond(),
         }
     }
 }
@@ -224,6 +267,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     };
 
     Observed {
+        defrags: ctx.defrags(cluster.as_ref()),
         cluster: cluster.clone(),
         members,
         observation,

@@ -29,6 +29,13 @@ pub struct MemberFacts {
     pub spec_version: String,
     /// The version etcd reported for it in this reconcile, if it answered.
     pub running_version: Option<String>,
+    /// Its database file's size and the part in use, if it answered.
+    pub db_size: Option<u64>,
+    pub db_in_use: Option<u64>,
+    /// etcd reports a NOSPACE alarm for it.
+    pub no_space: bool,
+    /// When the operator last defragmented it (the status remembers).
+    pub last_defrag_ms: Option<i64>,
 }
 
 /// Everything the planner needs, gathered by the observe stage.
@@ -52,6 +59,14 @@ pub struct Facts {
     pub crash_loop_threshold: u32,
     /// `spec.version`: what every member should run ([`super::rollout`]).
     pub target_version: String,
+    /// `spec.storage.medium` is Memory: a restart loses a member's data.
+    pub memory: bool,
+    /// `spec.maintenance.defrag` ([`super::maintenance`]).
+    pub defrag: Option<crate::api::DefragSpec>,
+    /// The backend quota, in bytes (the flag, or etcd's default).
+    pub quota_bytes: u64,
+    /// The observation's time, for schedules and cooldowns.
+    pub now_ms: i64,
 }
 
 impl Facts {
@@ -102,9 +117,21 @@ pub enum Step {
         done: usize,
         total: usize,
     },
-    /// The spec asks for a change etcd does not support; the text says why
-    /// and what to do. Nothing is done until the spec changes: `Stalled`.
-    Refuse(String),
+    /// Defragment this member's database (`why` says which threshold).
+    Defragment {
+        name: String,
+        id: u64,
+        why: String,
+        clear_no_space: bool,
+    },
+    /// The spec asks for something the operator will not do (a version
+    /// change etcd does not support, a schedule that does not parse); the
+    /// message says why and what to do. Nothing is done until the spec
+    /// changes: `Stalled=True` with `reason`.
+    Refuse {
+        reason: &'static str,
+        message: String,
+    },
     /// The member's Pod keeps failing: remove it like a scale-down (its
     /// finalizer runs MemberRemove, its PVC goes with it); a fresh member
     /// is added by the next reconciles.
@@ -120,6 +147,7 @@ pub enum Step {
 pub enum Then {
     Remove,
     Upgrade,
+    Defragment,
 }
 
 impl Then {
@@ -127,6 +155,7 @@ impl Then {
         match self {
             Then::Remove => "remove",
             Then::Upgrade => "upgrade",
+            Then::Defragment => "defragment",
         }
     }
 }
@@ -135,7 +164,7 @@ impl Step {
     /// Steps that change etcd membership, leadership, a member's version or
     /// the member set.
     pub fn changes_membership(&self) -> bool {
-        !matches!(self, Step::Idle | Step::Wait(_) | Step::Refuse(_))
+        !matches!(self, Step::Idle | Step::Wait(_) | Step::Refuse { .. })
     }
 
     /// What the operator does next, in words, for the status.
@@ -162,7 +191,10 @@ impl Step {
             } => format!(
                 "next: restart member {name} on etcd {to} ({done} of {total} members run it)"
             ),
-            Step::Refuse(why) => format!("refused: {why}"),
+            Step::Defragment { name, why, .. } => {
+                format!("next: defragment member {name} ({why})")
+            }
+            Step::Refuse { message, .. } => format!("refused: {message}"),
             Step::Replace { name, failures } => {
                 format!("next: replace member {name}, which failed {failures} times in a row")
             }
@@ -222,7 +254,8 @@ pub fn plan(f: &Facts) -> Step {
         });
     }
     if !f.quorum_verified {
-        return Step::Wait("quorum is not verified".into());
+        return super::rollout::rescue(&live, f)
+            .unwrap_or_else(|| Step::Wait("quorum is not verified".into()));
     }
     let Some(listed) = &f.etcd_members else {
         return Step::Wait("etcd's member list is unknown".into());
@@ -256,13 +289,25 @@ pub fn plan(f: &Facts) -> Step {
     // Not one that fails on the version a rollout just gave it: a fresh
     // member would hide the failure and carry the rollout on. The rollout
     // stops there instead, and names it.
+    // One behind the target is restarted on it instead (how setting
+    // spec.version back recovers a member that failed on the new one).
     if let Some(broken) = f.crash_looping().next() {
-        if super::rollout::failed_on_new_version(broken, &live) {
+        let behind = broken.spec_version != f.target_version;
+        if behind || super::rollout::failed_on_new_version(broken, &live, f) {
             return super::rollout::next(&live, listed, f).unwrap_or_else(|| {
                 Step::Wait(format!("member {} fails on its new version", broken.name))
             });
         }
         return replace(broken, listed, f);
+    }
+    // A Pod being replaced for its version: nothing else changes meanwhile.
+    if let Some(m) = super::rollout::in_flight(&live) {
+        return Step::Wait(format!(
+            "member {} runs etcd {} while its spec asks for {}: its Pod is being replaced",
+            m.name,
+            m.running_version.as_deref().unwrap_or_default(),
+            m.spec_version
+        ));
     }
 
     if let Some(learner) = listed.iter().find(|m| m.is_learner) {
@@ -299,7 +344,9 @@ pub fn plan(f: &Facts) -> Step {
     if voters > f.desired {
         return scale_down(&live, listed, f);
     }
-    super::rollout::next(&live, listed, f).unwrap_or(Step::Idle)
+    super::rollout::next(&live, listed, f)
+        .or_else(|| super::maintenance::next(&live, listed, f))
+        .unwrap_or(Step::Idle)
 }
 
 /// Replace a crash-looping member, unless that would leave the voters
@@ -413,6 +460,10 @@ mod tests {
             pod_stuck: None,
             spec_version: "3.6.17".into(),
             running_version: Some("3.6.17".into()),
+            db_size: None,
+            db_in_use: None,
+            no_space: false,
+            last_defrag_ms: None,
         }
     }
 

@@ -116,14 +116,82 @@ pub fn progress(target: &str, members: &[&MemberFacts]) -> Option<String> {
     })
 }
 
-/// `broken` failed after a rollout changed its version: it asks for a
-/// version no other live member runs.
-pub fn failed_on_new_version(broken: &MemberFacts, live: &[&MemberFacts]) -> bool {
-    live.iter().any(|m| {
-        m.name != broken.name
-            && m.running_version
-                .as_deref()
-                .is_some_and(|r| r != broken.spec_version)
+/// `broken` failed after the rollout gave it the target version, which no
+/// other live member runs yet. (Its failures count on that version only:
+/// `EtcdMemberStatus::failures_on`.)
+pub fn failed_on_new_version(broken: &MemberFacts, live: &[&MemberFacts], f: &Facts) -> bool {
+    broken.spec_version == f.target_version
+        && live.iter().any(|m| {
+            m.name != broken.name
+                && m.running_version
+                    .as_deref()
+                    .is_some_and(|r| r != broken.spec_version)
+        })
+}
+
+/// A member whose Pod runs another version than its spec asks for: its Pod
+/// is being replaced, so no other member may change meanwhile.
+pub fn in_flight<'a>(live: &[&'a MemberFacts]) -> Option<&'a MemberFacts> {
+    live.iter().copied().find(|m| {
+        m.running_version
+            .as_deref()
+            .is_some_and(|r| r != m.spec_version)
+    })
+}
+
+/// The version a new member (scale-up, replacement) starts on: the one
+/// every answering member runs, while a rollout to `spec.version` has not
+/// begun; else `spec.version`. A new member never runs ahead of a rollout
+/// the operator has not started, or has refused.
+pub fn join_version(f: &Facts) -> String {
+    let mut running = f.members.iter().filter(|m| !m.deleting).filter_map(|m| {
+        (m.spec_version != f.target_version)
+            .then_some(m.running_version.as_deref())
+            .flatten()
+    });
+    let behind_all = f
+        .members
+        .iter()
+        .filter(|m| !m.deleting && m.running_version.is_some())
+        .all(|m| m.spec_version != f.target_version);
+    match running.next() {
+        Some(v) if behind_all && running.all(|r| r == v) => v.to_owned(),
+        _ => f.target_version.clone(),
+    }
+}
+
+/// Without verified quorum, the one step a rollout may take: restart a
+/// member that is behind the target and down because it failed (a version
+/// that cannot start), when the move is a path etcd supports. It costs
+/// nothing (the member serves nothing), and is how setting spec.version
+/// back recovers a one- or two-member cluster that lost quorum to it.
+pub fn rescue(live: &[&MemberFacts], f: &Facts) -> Option<Step> {
+    let target = Version::parse(&f.target_version)?;
+    let m = live.iter().find(|m| {
+        m.spec_version != f.target_version
+            && m.running_version.is_none()
+            && (m.failures > 0 || m.pod_stuck.is_some())
+    })?;
+    if f.memory {
+        return None;
+    }
+    let from = Version::parse(&m.spec_version)?;
+    let minors: Vec<u32> = live
+        .iter()
+        .filter_map(|k| Version::parse(k.running_version.as_deref()?))
+        .map(|v| v.minor)
+        .collect();
+    if refusal(from, target, &minors).is_some() {
+        return None;
+    }
+    Some(Step::Upgrade {
+        name: m.name.clone(),
+        to: f.target_version.clone(),
+        done: live
+            .iter()
+            .filter(|k| k.spec_version == f.target_version)
+            .count(),
+        total: live.len(),
     })
 }
 
@@ -133,9 +201,27 @@ pub fn failed_on_new_version(broken: &MemberFacts, live: &[&MemberFacts]) -> boo
 pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<Step> {
     let target = Version::parse(&f.target_version)?;
     let to = f.target_version.as_str();
+    if f.memory && live.iter().any(|m| m.spec_version != to) {
+        return Some(Step::Refuse {
+            reason: crate::conditions::reason::UNSUPPORTED_VERSION_CHANGE,
+            message: format!(
+                "etcd-steward does not change the version of a cluster with spec.storage.medium=Memory in place: \
+                 a member's data lives in its Pod's tmpfs and would be lost with the restart (the seed would start a new, \
+                 empty cluster). Set spec.version back, or create a new cluster on {to}"
+            ),
+        });
+    }
+    if let Some(m) = in_flight(live) {
+        return Some(Step::Wait(format!(
+            "member {} runs etcd {} while its spec asks for {}: its Pod is being replaced",
+            m.name,
+            m.running_version.as_deref().unwrap_or_default(),
+            m.spec_version
+        )));
+    }
 
     // A member already told to move must be seen running the target (etcd's
-    // word) before anyone else moves.
+    // word), and caught up with the leader, before anyone else moves.
     if let Some(m) = live
         .iter()
         .find(|m| m.spec_version == to && m.running_version.as_deref() != Some(to))
@@ -154,9 +240,25 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
             m.name
         )));
     }
+    let leader_index = f.leader_id.and_then(|l| f.raft_index.get(&l)).copied();
+    let lagging = live.iter().filter(|m| m.spec_version == to).find_map(|m| {
+        let id = listed
+            .iter()
+            .find(|l| listed_member_name(l) == Some(m.name.as_str()))?
+            .id;
+        let index = *f.raft_index.get(&id)?;
+        let lead = leader_index?;
+        (index + f.promote_max_lag < lead).then_some((m, index, lead))
+    });
     let mut behind: Vec<&&MemberFacts> = live.iter().filter(|m| m.spec_version != to).collect();
     if behind.is_empty() {
         return None;
+    }
+    if let Some((m, index, lead)) = lagging {
+        return Some(Step::Wait(format!(
+            "member {} runs etcd {to} and is catching up (raft index {index}, leader {lead})",
+            m.name
+        )));
     }
     // Every voter answers before one of them restarts, except one that is
     // itself behind and down (a member that failed on a version the spec
@@ -181,7 +283,10 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
                 .map(|v| v.minor)
                 .collect();
             if let Some(why) = refusal(from, target, &minors) {
-                return Some(Step::Refuse(why));
+                return Some(Step::Refuse {
+                    reason: crate::conditions::reason::UNSUPPORTED_VERSION_CHANGE,
+                    message: why,
+                });
             }
             return Some(Step::Upgrade {
                 name: m.name.clone(),
@@ -210,7 +315,10 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
             )));
         };
         if let Some(why) = refusal(from, target, &minors) {
-            return Some(Step::Refuse(why));
+            return Some(Step::Refuse {
+                reason: crate::conditions::reason::UNSUPPORTED_VERSION_CHANGE,
+                message: why,
+            });
         }
     }
 
@@ -222,7 +330,9 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
     behind.sort_by_key(|m| (Some(m.name.as_str()) == leader, m.created_ms));
     let next = behind[0];
     let done = live.len() - behind.len();
-    if Some(next.name.as_str()) == leader {
+    // A single voter has nobody to hand leadership to: its restart is the
+    // outage a one-member cluster accepts with any change.
+    if Some(next.name.as_str()) == leader && voters.len() > 1 {
         return Some(super::plan::move_leadership_off(
             &next.name,
             listed,
@@ -267,6 +377,10 @@ mod tests {
                     pod_stuck: None,
                     spec_version: running.into(),
                     running_version: Some(running.into()),
+                    db_size: None,
+                    db_in_use: None,
+                    no_space: false,
+                    last_defrag_ms: None,
                 })
                 .collect(),
             etcd_members: Some(
@@ -309,7 +423,9 @@ mod tests {
         assert_eq!(plan(&f), upgrade("b", 0), "the oldest follower first");
         set(&mut f, "b", new, Some(old));
         assert!(
-            matches!(plan(&f), Step::Wait(m) if m == "member b is restarting on etcd 3.6.17: etcd still reports 3.5.36")
+            matches!(plan(&f), Step::Wait(m) if m == "member b runs etcd 3.5.36 while its spec asks for 3.6.17: its Pod is being replaced"),
+            "{:?}",
+            plan(&f)
         );
         set(&mut f, "b", new, None);
         f.raft_index.remove(&2);
@@ -378,6 +494,119 @@ mod tests {
     }
 
     #[test]
+    fn a_single_member_is_restarted_without_a_handover() {
+        let mut f = cluster("3.6.17", "3.6.5");
+        f.desired = 1;
+        f.members.truncate(1);
+        f.etcd_members.as_mut().unwrap().truncate(1);
+        f.raft_index.retain(|id, _| *id == 1);
+        assert_eq!(
+            plan(&f),
+            Step::Upgrade {
+                name: "a".into(),
+                to: "3.6.17".into(),
+                done: 0,
+                total: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_memory_cluster_is_refused_because_a_restart_loses_its_data() {
+        let mut f = cluster("3.6.17", "3.6.5");
+        f.memory = true;
+        assert!(
+            matches!(plan(&f), Step::Refuse { message, .. } if message.contains("tmpfs")),
+            "{:?}",
+            plan(&f)
+        );
+    }
+
+    #[test]
+    fn nothing_else_moves_while_a_pod_runs_another_version_than_its_spec() {
+        let mut f = cluster("3.6.17", "3.6.5");
+        // b was told 3.6.10 (an earlier target) and still runs 3.6.5; the
+        // target moved on meanwhile.
+        set(&mut f, "b", "3.6.10", Some("3.6.5"));
+        assert!(matches!(plan(&f), Step::Wait(m) if m.contains("member b runs etcd 3.6.5")));
+        // The same holds off a scale-down.
+        f.desired = 2;
+        assert!(matches!(plan(&f), Step::Wait(m) if m.contains("member b runs etcd 3.6.5")));
+    }
+
+    #[test]
+    fn the_next_member_waits_for_the_last_to_catch_up() {
+        let mut f = cluster("3.6.17", "3.6.5");
+        set(&mut f, "b", "3.6.17", Some("3.6.17"));
+        f.raft_index.insert(2, 40);
+        assert!(
+            matches!(plan(&f), Step::Wait(m) if m.contains("member b runs etcd 3.6.17 and is catching up")),
+            "{:?}",
+            plan(&f)
+        );
+    }
+
+    #[test]
+    fn new_members_join_on_what_the_cluster_runs_until_the_rollout_begins() {
+        let mut f = cluster("3.6.17", "3.5.21");
+        assert_eq!(
+            join_version(&f),
+            "3.5.21",
+            "a refused target is not joined on"
+        );
+        set(&mut f, "b", "3.6.17", Some("3.6.17"));
+        assert_eq!(join_version(&f), "3.6.17", "once begun, the target");
+        let f = cluster("3.6.17", "3.6.17");
+        assert_eq!(join_version(&f), "3.6.17");
+    }
+
+    #[test]
+    fn a_lone_member_that_fails_on_its_version_is_rolled_back_without_quorum() {
+        let mut f = cluster("3.6.5", "3.6.5");
+        f.desired = 1;
+        f.members.truncate(1);
+        f.etcd_members.as_mut().unwrap().truncate(1);
+        set(&mut f, "a", "3.6.99", None);
+        f.members[0].pod_stuck = Some("ErrImagePull".into());
+        f.quorum_verified = false;
+        f.raft_index.clear();
+        assert_eq!(
+            plan(&f),
+            Step::Upgrade {
+                name: "a".into(),
+                to: "3.6.5".into(),
+                done: 0,
+                total: 1
+            }
+        );
+        // Across a minor that some member may have moved the cluster to:
+        // not without quorum.
+        f.target_version = "3.5.36".into();
+        set(&mut f, "a", "3.6.99", None);
+        assert_eq!(plan(&f), Step::Wait("quorum is not verified".into()));
+    }
+
+    #[test]
+    fn a_crash_looping_member_behind_the_target_is_rolled_not_replaced() {
+        let mut f = cluster("3.6.5", "3.6.5");
+        set(&mut f, "b", "3.6.99", None);
+        f.members[1].failures = 7;
+        f.raft_index.remove(&2);
+        assert!(
+            matches!(plan(&f), Step::Upgrade { name, .. } if name == "b"),
+            "{:?}",
+            plan(&f)
+        );
+        // A crash loop on the version everyone runs is replaced as ever.
+        set(&mut f, "b", "3.6.5", None);
+        assert!(
+            matches!(plan(&f), Step::Replace { name, .. } if name == "b"),
+            "{:?}",
+            plan(&f)
+        );
+    }
+
+    #[test]
     fn progress_is_none_once_every_member_runs_the_target() {
         let f = cluster("3.6.17", "3.6.17");
         assert_eq!(plan(&f), Step::Idle);
@@ -389,12 +618,12 @@ mod tests {
     fn an_unsupported_target_is_refused_before_any_member_moves() {
         let f = cluster("3.7.4", "3.5.36");
         assert!(
-            matches!(plan(&f), Step::Refuse(m) if m.contains("skips a minor")),
+            matches!(plan(&f), Step::Refuse { message: m, .. } if m.contains("skips a minor")),
             "{:?}",
             plan(&f)
         );
         let f = cluster("3.6.17", "3.5.21");
-        assert!(matches!(plan(&f), Step::Refuse(m) if m.contains("3.5.26")));
+        assert!(matches!(plan(&f), Step::Refuse { message: m, .. } if m.contains("3.5.26")));
         let live: Vec<&MemberFacts> = f.members.iter().collect();
         assert_eq!(
             progress("3.6.17", &live).as_deref(),

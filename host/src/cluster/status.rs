@@ -50,7 +50,10 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
     let generation = cluster.metadata.generation.unwrap_or_default();
 
     let stall = stall(e, &prev, now).or_else(|| match step {
-        Step::Refuse(why) => Some(Stall::UnsupportedVersionChange(why.clone())),
+        Step::Refuse { reason, message } => Some(Stall::Refused {
+            reason,
+            message: message.clone(),
+        }),
         _ => None,
     });
     let facts = e.observed.plan_facts(e.verified, &ctx.config);
@@ -94,6 +97,7 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
                 version: status.map(|s| s.version.clone()).filter(|v| !v.is_empty()),
                 leader: seen.member_id.is_some() && seen.member_id == leader,
                 healthy: m.pod.ready && status.is_some() && !m.pod.deleting,
+                last_defrag: e.observed.last_defrag(&seen.name),
                 name: seen.name.clone(),
             }
         })

@@ -46,6 +46,7 @@ fn stale_healthy_cluster() -> EtcdCluster {
             .iter()
             .enumerate()
             .map(|(i, n)| MemberSummary {
+                last_defrag: None,
                 name: (*n).into(),
                 id: Some(format!("{:x}", i + 1)),
                 role: MemberRole::Voter,

@@ -61,6 +61,18 @@ pub fn desired(
         };
         by_type.insert(PROGRESSING.to_owned(), progressing);
     }
+    if let Some(Stall::Refused { reason, message }) = stall {
+        // Refused, it is not moving towards anything until the spec changes.
+        by_type.insert(
+            PROGRESSING.to_owned(),
+            Condition::new(
+                PROGRESSING,
+                ConditionStatus::False,
+                *reason,
+                message.clone(),
+            ),
+        );
+    }
     if let Some(Stall::ProgressDeadlineExceeded(message)) = stall {
         // The deadline is the host's fact; this is the Deployment convention.
         by_type.insert(

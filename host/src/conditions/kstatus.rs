@@ -27,9 +27,13 @@ pub enum Stall {
     PolicyUnloadable(String),
     /// The policy's `validate-settings` rejects `spec.statusPolicy.settings`.
     InvalidPolicySettings(String),
-    /// `spec.version` asks for a move etcd does not support (a skipped
-    /// minor, 3.5 → 3.6 from before 3.5.26, a minor downgrade).
-    UnsupportedVersionChange(String),
+    /// The planner refuses what the spec asks for (a version change etcd
+    /// does not support, a defrag schedule that does not parse); `reason`
+    /// names which.
+    Refused {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 impl Stall {
@@ -38,7 +42,7 @@ impl Stall {
             Self::ProgressDeadlineExceeded(_) => reason::PROGRESS_DEADLINE_EXCEEDED,
             Self::PolicyUnloadable(_) => reason::POLICY_UNLOADABLE,
             Self::InvalidPolicySettings(_) => reason::INVALID_POLICY_SETTINGS,
-            Self::UnsupportedVersionChange(_) => reason::UNSUPPORTED_VERSION_CHANGE,
+            Self::Refused { reason, .. } => reason,
         }
     }
 
@@ -47,7 +51,7 @@ impl Stall {
             Self::ProgressDeadlineExceeded(m)
             | Self::PolicyUnloadable(m)
             | Self::InvalidPolicySettings(m)
-            | Self::UnsupportedVersionChange(m) => m,
+            | Self::Refused { message: m, .. } => m,
         }
     }
 }

@@ -47,6 +47,8 @@ pub mod reason {
     pub const UPGRADING: &str = "Upgrading";
     /// `spec.version` asks for a change etcd does not support.
     pub const UNSUPPORTED_VERSION_CHANGE: &str = "UnsupportedVersionChange";
+    /// `spec.maintenance.defrag.schedule` is not a cron schedule.
+    pub const INVALID_DEFRAG_SCHEDULE: &str = "InvalidDefragSchedule";
     pub const STEADY: &str = "Steady";
     pub const PAUSED: &str = "Paused";
     pub const DELETING: &str = "Deleting";

@@ -23,11 +23,13 @@ pub enum Rpc {
     MemberPromote,
     MemberRemove,
     MoveLeader,
+    Defragment,
+    AlarmDisarm,
     // Auth calls (AuthEnable, UserAdd, RoleAdd, ...) go here when they exist.
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 7] = [
+    pub const ALL: [Rpc; 9] = [
         Rpc::Status,
         Rpc::MemberList,
         Rpc::QuorumRead,
@@ -35,6 +37,8 @@ impl Rpc {
         Rpc::MemberPromote,
         Rpc::MemberRemove,
         Rpc::MoveLeader,
+        Rpc::Defragment,
+        Rpc::AlarmDisarm,
     ];
 
     /// The etcd API name, as operators know it from etcdctl and etcd's logs.
@@ -47,15 +51,23 @@ impl Rpc {
             Rpc::MemberPromote => "MemberPromote",
             Rpc::MemberRemove => "MemberRemove",
             Rpc::MoveLeader => "MoveLeader",
+            Rpc::Defragment => "Defragment",
+            Rpc::AlarmDisarm => "AlarmDisarm",
         }
     }
 
-    /// Whether the RPC changes membership or leadership. Such calls are
-    /// never retried on another endpoint once they may have reached a server.
+    /// Whether the RPC changes membership, leadership or a member's state.
+    /// Such calls are never retried on another endpoint once they may have
+    /// reached a server, and never made without verified quorum.
     pub fn is_mutation(self) -> bool {
         matches!(
             self,
-            Rpc::MemberAddAsLearner | Rpc::MemberPromote | Rpc::MemberRemove | Rpc::MoveLeader
+            Rpc::MemberAddAsLearner
+                | Rpc::MemberPromote
+                | Rpc::MemberRemove
+                | Rpc::MoveLeader
+                | Rpc::Defragment
+                | Rpc::AlarmDisarm
         )
     }
 }
@@ -236,6 +248,15 @@ pub trait EtcdApi: Send + Sync {
     /// `target` (etcd's MoveLeader, which only the leader accepts).
     async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError>;
 
+    /// Defragments the database of the member at `endpoint` (and only that
+    /// member). It blocks that member's reads and writes while it runs, so
+    /// it gets `deadline` of its own rather than the per-RPC one.
+    async fn defragment(&self, endpoint: &str, deadline: Duration) -> Result<(), RpcError>;
+
+    /// Disarms the NOSPACE alarm raised for member `member` (asked of the
+    /// member at `endpoint`; the alarm is cluster state).
+    async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError>;
+
     // Auth calls (enable auth, users, roles) belong here, each with its
     // own `Rpc` variant, when auth support lands.
 }
@@ -286,6 +307,14 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
 
     async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
         (**self).move_leader(leader_endpoint, target).await
+    }
+
+    async fn defragment(&self, endpoint: &str, deadline: Duration) -> Result<(), RpcError> {
+        (**self).defragment(endpoint, deadline).await
+    }
+
+    async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError> {
+        (**self).disarm_no_space(endpoint, member).await
     }
 }
 

@@ -421,6 +421,53 @@ impl EtcdApi for EtcdClient {
         Ok(members(resp.members()))
     }
 
+    async fn defragment(&self, endpoint: &str, deadline: Duration) -> Result<(), RpcError> {
+        // A client of its own: the cached ones give up after the per-RPC
+        // deadline, and a defragmentation of a large database takes longer.
+        let rpc = Rpc::Defragment;
+        let ep = self
+            .endpoint(endpoint)
+            .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
+            .timeout(deadline);
+        let attempt = async {
+            let mut client = Client::from_channel(
+                etcd_client::Channel::Tonic(ep.connect_lazy()),
+                Some(ConnectOptions::new().with_timeout(deadline)),
+            )
+            .await
+            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            client
+                .defragment()
+                .await
+                .map(drop)
+                .map_err(|e| rpc_error(rpc, endpoint, &e))
+        };
+        match tokio::time::timeout(deadline, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(RpcError::new(
+                rpc,
+                redact(endpoint),
+                ProbeErrorKind::Timeout,
+                format!("no answer within {deadline:?}; the member may still be defragmenting"),
+            )),
+        }
+    }
+
+    async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError> {
+        self.call(Rpc::AlarmDisarm, endpoint, |mut c| async move {
+            let mut options = etcd_client::AlarmOptions::new();
+            options.with_member(member);
+            c.alarm(
+                etcd_client::AlarmAction::Deactivate,
+                etcd_client::AlarmType::Nospace,
+                Some(options),
+            )
+            .await
+        })
+        .await
+        .map(drop)
+    }
+
     async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
         // One endpoint: only the leader can hand over, so no other is tried.
         self.call(Rpc::MoveLeader, leader_endpoint, |mut c| async move {

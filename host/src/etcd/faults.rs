@@ -305,6 +305,26 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
         .await
     }
 
+    async fn defragment(&self, endpoint: &str, deadline: Duration) -> Result<(), RpcError> {
+        let eps = [endpoint.to_owned()];
+        self.run(
+            Rpc::Defragment,
+            &eps,
+            self.inner.defragment(endpoint, deadline),
+        )
+        .await
+    }
+
+    async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError> {
+        let eps = [endpoint.to_owned()];
+        self.run(
+            Rpc::AlarmDisarm,
+            &eps,
+            self.inner.disarm_no_space(endpoint, member),
+        )
+        .await
+    }
+
     async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
         let eps = [leader_endpoint.to_owned()];
         self.run(

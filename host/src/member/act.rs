@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use super::observe::Observed;
 use super::status::StatusWritten;
-use crate::api::{EtcdCluster, MemberRole};
+use crate::api::{EtcdCluster, MemberRole, StorageMedium};
 use crate::context::{Context, OperatorConfig};
 use crate::error::{ActError, kube};
 use crate::facts::PodFacts;
@@ -92,8 +92,11 @@ async fn step(o: &Observed, cluster: &EtcdCluster, ctx: &Context) -> Result<Dura
         // The cluster's rollout set a new version on this member: replace
         // the Pod on the same volume (same data, same member ID). Only the
         // cluster planner changes spec.version, one member at a time.
+        // Never for Memory: its data would go with the Pod (the planner
+        // refuses such a rollout; this keeps a stray spec change harmless).
         Some(p)
             if p.metadata.deletion_timestamp.is_none()
+                && !matches!(member.spec.storage.medium, StorageMedium::Memory)
                 && resources::pod_version(p).is_some_and(|v| v != member.spec.version) =>
         {
             let ev = KubeEvent {

@@ -91,9 +91,9 @@ pub async fn observe(cached: Arc<EtcdMember>, ctx: &Context) -> Option<Observed>
     let counted = uid.is_some() && status.last_terminated_pod_uid == uid;
     let newly_terminated = facts.is_terminal() && !counted;
     let prior_failures = if counted && facts.counts_as_failure() {
-        status.consecutive_failures.saturating_sub(1)
+        status.failures_on(&member.spec.version).saturating_sub(1)
     } else {
-        status.consecutive_failures
+        status.failures_on(&member.spec.version)
     };
     Some(Observed {
         member,

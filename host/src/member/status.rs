@@ -65,6 +65,7 @@ pub fn next_status(o: &Observed, last_action_error: Option<String>) -> EtcdMembe
         pod_restarts: prev.pod_restarts + u32::from(o.newly_terminated),
         // Ready (Pod Ready and confirmed by etcd) ends a crash loop.
         consecutive_failures: if ready { 0 } else { o.failures() },
+        failures_version: (!ready && o.failures() > 0).then(|| member.spec.version.clone()),
         last_terminated_pod_uid: if o.newly_terminated {
             pod_uid
         } else {

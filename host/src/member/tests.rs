@@ -373,6 +373,7 @@ async fn a_promoted_learners_pod_is_relabelled_voter_after_the_status_says_so() 
     let mut cluster = cluster();
     cluster.status = Some(EtcdClusterStatus {
         members: vec![MemberSummary {
+            last_defrag: None,
             name: "main-1".into(),
             id: Some("2".into()),
             role: MemberRole::Voter,

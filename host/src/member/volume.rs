@@ -50,12 +50,14 @@ pub fn volume_state(claim: &PersistentVolumeClaim, wanted: &Quantity) -> Option<
             .and_then(|r| r.requests.as_ref()),
     );
     let capacity = storage(claim.status.as_ref().and_then(|s| s.capacity.as_ref()));
+    // The API server refuses a larger request on a claim not bound yet.
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     Some(VolumeState {
         claim: claim.metadata.name.clone().unwrap_or_default(),
         wanted: wanted.0.clone(),
         requested: requested.map(|q| q.0.clone()),
         capacity: capacity.map(|q| q.0.clone()),
-        needs_request: parsed(requested).is_some_and(|r| r < want),
+        needs_request: bound && parsed(requested).is_some_and(|r| r < want),
         resized: parsed(capacity).is_some_and(|c| c >= want),
     })
 }
@@ -110,7 +112,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "data-main-a"},
             "spec": {"resources": {"requests": {"storage": requested}}},
-            "status": capacity.map(|c| serde_json::json!({"capacity": {"storage": c}})),
+            "status": capacity.map(|c| serde_json::json!({"phase": "Bound", "capacity": {"storage": c}})),
         }))
         .unwrap()
     }
@@ -124,8 +126,8 @@ mod tests {
         assert!(!s.needs_request && !s.resized, "requested, not yet grown");
         let s = volume_state(&claim("2Gi", Some("2048Mi")), &want).unwrap();
         assert!(!s.needs_request && s.resized);
-        let s = volume_state(&claim("1Gi", None), &Quantity("1024Mi".into())).unwrap();
-        assert!(!s.needs_request && !s.resized, "not bound yet");
+        let s = volume_state(&claim("1Gi", None), &want).unwrap();
+        assert!(!s.needs_request && !s.resized, "not bound yet: not patched");
     }
 
     #[test]

@@ -55,9 +55,12 @@ pub struct Version(pub u32, pub u32, pub u32);
 impl Version {
     pub fn parse(s: &str) -> Option<Version> {
         let mut parts = s.split('.').map(|p| {
-            (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| p.parse().ok())
-                .flatten()
+            // No leading zeros: a registry has no 3.6.017 tag.
+            (!p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (p == "0" || !p.starts_with('0')))
+            .then(|| p.parse().ok())
+            .flatten()
         });
         let v = Version(parts.next()??, parts.next()??, parts.next()??);
         parts.next().is_none().then_some(v)
@@ -252,6 +255,8 @@ mod tests {
         assert_eq!(v("quay.io/coreos/etcd:latest"), None);
         assert_eq!(v("quay.io/coreos/etcd:v3.6"), None);
         assert_eq!(v("quay.io/coreos/etcd:v3.6.17-rc.0"), None);
+        assert_eq!(v("quay.io/coreos/etcd:v3.6.017"), None, "no leading zeros");
+        assert_eq!(v("quay.io/coreos/etcd:v3.6.0").as_deref(), Some("3.6.0"));
     }
 
     #[test]
