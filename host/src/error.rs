@@ -59,9 +59,10 @@ pub enum ActError {
     /// etcd answered MemberAdd with a list that lacks the member it added.
     #[error("etcd's member list does not contain {peer_url}; not creating the member from it")]
     NotListed { peer_url: String },
-    /// MoveLeader goes to the leader itself, which did not answer this round.
-    #[error("the leader {leader} did not answer this round; MoveLeader must be sent to it")]
-    LeaderUnanswered { leader: String },
+    /// An RPC that only the member itself can serve (MoveLeader to the
+    /// leader, Defragment to the member), and it did not answer this round.
+    #[error("member {member} did not answer this round; {rpc} must be sent to it")]
+    Unanswered { member: String, rpc: &'static str },
 }
 
 impl ActError {

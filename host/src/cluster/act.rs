@@ -243,8 +243,9 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
         } => {
             let leader = e.observed.leader_id();
             let endpoint =
-                answered_endpoint(written, leader).ok_or_else(|| ActError::LeaderUnanswered {
-                    leader: from.clone(),
+                answered_endpoint(written, leader).ok_or_else(|| ActError::Unanswered {
+                    member: from.clone(),
+                    rpc: "MoveLeader",
                 })?;
             ctx.etcd
                 .move_leader(&endpoint, *to_id)
@@ -361,10 +362,10 @@ async fn defragment(
 ) -> Result<(), ActError> {
     let e = &written.evaluated;
     let cluster = &e.observed.cluster;
-    let endpoint =
-        answered_endpoint(written, Some(id)).ok_or_else(|| ActError::LeaderUnanswered {
-            leader: name.to_owned(),
-        })?;
+    let endpoint = answered_endpoint(written, Some(id)).ok_or_else(|| ActError::Unanswered {
+        member: name.to_owned(),
+        rpc: "Defragment",
+    })?;
     let before = e.observed.answered().get(name).map_or(0, |s| s.db_size);
     ctx.etcd
         .defragment(&endpoint, DEFRAG_DEADLINE)
