@@ -129,6 +129,14 @@ pub fn failed_on_new_version(broken: &MemberFacts, live: &[&MemberFacts], f: &Fa
         })
 }
 
+/// The minor versions the live members report running.
+fn running_minors(live: &[&MemberFacts]) -> Vec<u32> {
+    live.iter()
+        .filter_map(|m| Version::parse(m.running_version.as_deref()?))
+        .map(|v| v.minor)
+        .collect()
+}
+
 /// A member whose Pod runs another version than its spec asks for: its Pod
 /// is being replaced, so no other member may change meanwhile.
 pub fn in_flight<'a>(live: &[&'a MemberFacts]) -> Option<&'a MemberFacts> {
@@ -176,11 +184,7 @@ pub fn rescue(live: &[&MemberFacts], f: &Facts) -> Option<Step> {
         return None;
     }
     let from = Version::parse(&m.spec_version)?;
-    let minors: Vec<u32> = live
-        .iter()
-        .filter_map(|k| Version::parse(k.running_version.as_deref()?))
-        .map(|v| v.minor)
-        .collect();
+    let minors = running_minors(live);
     if refusal(from, target, &minors).is_some() {
         return None;
     }
@@ -277,11 +281,7 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
         ([], _) => {}
         ([_], Some(m)) => {
             let from = Version::parse(&m.spec_version)?;
-            let minors: Vec<u32> = live
-                .iter()
-                .filter_map(|k| Version::parse(k.running_version.as_deref()?))
-                .map(|v| v.minor)
-                .collect();
+            let minors = running_minors(live);
             if let Some(why) = refusal(from, target, &minors) {
                 return Some(Step::Refuse {
                     reason: crate::conditions::reason::UNSUPPORTED_VERSION_CHANGE,
@@ -302,11 +302,7 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
             )));
         }
     }
-    let minors: Vec<u32> = live
-        .iter()
-        .filter_map(|m| Version::parse(m.running_version.as_deref()?))
-        .map(|v| v.minor)
-        .collect();
+    let minors = running_minors(live);
     for m in &behind {
         let Some(from) = m.running_version.as_deref().and_then(Version::parse) else {
             return Some(Step::Wait(format!(
