@@ -160,6 +160,28 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
             why,
             clear_no_space,
         } => defragment(written, ctx, name, *id, why, *clear_no_space).await,
+        Step::DisarmNoSpace { members } => {
+            let endpoint = leader_first_endpoints(written)
+                .into_iter()
+                .next()
+                .ok_or_else(|| ActError::Unanswered {
+                    member: members.join(", "),
+                    rpc: "AlarmDisarm",
+                })?;
+            let cleared = disarm_no_space(written, ctx, &endpoint).await?;
+            let ev = KubeEvent {
+                type_: KubeEventType::Normal,
+                reason: "NoSpaceAlarmCleared".into(),
+                note: Some(format!(
+                    "disarmed the NOSPACE alarm of {}: every member is under the quota",
+                    cleared.join(", ")
+                )),
+                action: "AlarmDisarm".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
+            Ok(())
+        }
         Step::CreateSeed => {
             // The cache may not show a seed created a moment ago; two seeds
             // would be two clusters. Ask the API server itself.
@@ -397,18 +419,7 @@ async fn defragment(
             .any(|(n, s)| *n != name && s.db_size >= quota)
             || after.db_size >= quota;
         if !over {
-            for (member, status) in e.observed.answered() {
-                if status
-                    .alarms
-                    .contains(&steward_policy_sdk::AlarmKind::Nospace)
-                {
-                    ctx.etcd
-                        .disarm_no_space(&endpoint, status.member_id)
-                        .await
-                        .map_err(etcd(format!("AlarmDisarm NOSPACE of {member}")))?;
-                    cleared.push(member.to_string());
-                }
-            }
+            cleared = disarm_no_space(written, ctx, &endpoint).await?;
         }
     }
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
@@ -431,6 +442,29 @@ async fn defragment(
     };
     let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
     Ok(())
+}
+
+/// Disarms, through `endpoint`, the NOSPACE alarm of every member that
+/// reported one in this round; the names of those cleared.
+async fn disarm_no_space(
+    written: &StatusWritten,
+    ctx: &Context,
+    endpoint: &str,
+) -> Result<Vec<String>, ActError> {
+    let mut cleared = Vec::new();
+    for (member, status) in written.evaluated.observed.answered() {
+        if status
+            .alarms
+            .contains(&steward_policy_sdk::AlarmKind::Nospace)
+        {
+            ctx.etcd
+                .disarm_no_space(endpoint, status.member_id)
+                .await
+                .map_err(etcd(format!("AlarmDisarm NOSPACE of {member}")))?;
+            cleared.push(member.to_string());
+        }
+    }
+    Ok(cleared)
 }
 
 /// A reference to EtcdMember `name` of `cluster`, as an Event's related object.

@@ -124,6 +124,10 @@ pub enum Step {
         why: String,
         clear_no_space: bool,
     },
+    /// Every member answers under the quota, and the cluster still has
+    /// the NOSPACE alarms of these members: disarm them
+    /// (`clearNoSpaceAlarm`).
+    DisarmNoSpace { members: Vec<String> },
     /// The spec asks for something the operator will not do (a version
     /// change etcd does not support, a schedule that does not parse); the
     /// message says why and what to do. Nothing is done until the spec
@@ -194,6 +198,10 @@ impl Step {
             Step::Defragment { name, why, .. } => {
                 format!("next: defragment member {name} ({why})")
             }
+            Step::DisarmNoSpace { members } => format!(
+                "next: disarm the NOSPACE alarm of {}, every member is under the quota",
+                members.join(", ")
+            ),
             Step::Refuse { message, .. } => format!("refused: {message}"),
             Step::Replace { name, failures } => {
                 format!("next: replace member {name}, which failed {failures} times in a row")
