@@ -84,6 +84,8 @@ fn main() {
         println!("cargo:rerun-if-changed=../{path}");
     }
 
+    record_commit(workspace);
+
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     require_target(&rustc);
 
@@ -192,4 +194,35 @@ fn fail(message: &str) -> ! {
     eprintln!("error: {message}");
     println!("cargo:warning={message}");
     exit(1);
+}
+
+/// `ETCD_STEWARD_COMMIT` for `--version`: the variable of that name if set
+/// (a build from a source tarball), else the checkout's HEAD, else
+/// "unknown". Rebuilt when HEAD moves.
+fn record_commit(workspace: &Path) {
+    println!("cargo:rerun-if-env-changed=ETCD_STEWARD_COMMIT");
+    let git = workspace.join(".git");
+    if git.is_dir() {
+        println!("cargo:rerun-if-changed=../.git/HEAD");
+        println!("cargo:rerun-if-changed=../.git/packed-refs");
+        if let Some(head) = std::fs::read_to_string(git.join("HEAD"))
+            .ok()
+            .and_then(|h| h.strip_prefix("ref: ").map(|r| r.trim().to_owned()))
+        {
+            println!("cargo:rerun-if-changed=../.git/{head}");
+        }
+    }
+    let commit = env::var("ETCD_STEWARD_COMMIT").ok().or_else(|| {
+        let out = Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(workspace)
+            .output()
+            .ok()?;
+        let sha = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (out.status.success() && !sha.is_empty()).then_some(sha)
+    });
+    println!(
+        "cargo:rustc-env=ETCD_STEWARD_COMMIT={}",
+        commit.as_deref().unwrap_or("unknown")
+    );
 }

@@ -86,6 +86,25 @@ fn logs_under(root: &std::path::Path) -> String {
     logs
 }
 
+/// Every line the operator containers wrote, without the kubelet's own
+/// "--- steward-testbed kubelet:" markers.
+fn operator_log_lines(env: &Env) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in walk(&env.plane.kubelet().root().join("pods")) {
+        if entry.extension().is_some_and(|e| e == "log")
+            && entry.to_string_lossy().contains(OPERATOR_NS)
+        {
+            let text = std::fs::read_to_string(&entry).unwrap_or_default();
+            lines.extend(
+                text.lines()
+                    .filter(|l| !l.starts_with("--- steward-testbed kubelet:"))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    lines
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -298,6 +317,14 @@ fn kubectl_apply_deploy_runs_the_operator_in_cluster_under_its_rbac() {
         kubectl(&env.plane, &["apply", "-f", &format!("{root}/crds/")]).await;
         kubectl(&env.plane, &["apply", "-f", &format!("{root}/deploy/")]).await;
         reconciles_and_hands_over(&env, "kubectl", "etcd-steward").await;
+        // RUST_LOG=info, and the container's stderr is a file: plain text.
+        let lines = operator_log_lines(&env);
+        assert!(!lines.is_empty(), "the operator logged at info");
+        assert!(
+            lines.iter().all(|l| !l.contains('\x1b')),
+            "no colour codes in the container log: {:?}",
+            lines.iter().find(|l| l.contains('\x1b'))
+        );
         env.shutdown().await;
     });
 }
@@ -319,6 +346,8 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
                 "--namespace",
                 OPERATOR_NS,
                 "--create-namespace",
+                "--set",
+                "logFormat=json",
                 "--wait",
                 "--timeout=300s",
             ],
@@ -326,6 +355,17 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
         .await;
         // The chart names its objects <release>-<chart>.
         reconciles_and_hands_over(&env, "helm", "etcd-steward-etcd-steward").await;
+        // logFormat=json: one JSON object per line, for log collectors.
+        let lines = operator_log_lines(&env);
+        assert!(!lines.is_empty(), "the operator logged at info");
+        for line in &lines {
+            let object: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+            assert!(
+                object["level"].is_string() && object["timestamp"].is_string(),
+                "{line}"
+            );
+        }
         env.shutdown().await;
     });
 }

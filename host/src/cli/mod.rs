@@ -10,15 +10,40 @@ pub mod run;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
 
+/// The release and the commit it was built from (`host/build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ETCD_STEWARD_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "etcd-steward",
-    version,
+    version = VERSION,
     about = "An etcd operator for Kubernetes"
 )]
 pub struct Cli {
+    /// The log's form on stderr: `text` for people (coloured only on a
+    /// terminal, and never with NO_COLOR set), `json` for collectors (one
+    /// object per line). The level comes from RUST_LOG (default: warn).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "ETCD_STEWARD_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,8 +70,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Parses the command line, runs it, and turns any error into one line on
 /// stderr and a failing exit code.
 pub fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     let outcome = match cli.command {
         Command::Policy(command) => policy::run(command),
         Command::Crd => crd::run().map(|()| ExitCode::SUCCESS),
@@ -70,13 +95,24 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        // Colour codes are noise in `kubectl logs` and in files.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
 }
 
 /// An error and its causes, on one line; a cause the message already quotes
