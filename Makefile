@@ -14,11 +14,11 @@ build: prereqs
 	$(CARGO) build --workspace
 
 sandbox: prereqs
-	$(CARGO) run -p etcd-steward -- sandbox
+	$(CARGO) run -p etcd-steward --features sandbox -- sandbox
 
 test: prereqs
 	scripts/test.sh
 
 lint: prereqs
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings

@@ -28,7 +28,7 @@
 #
 # Builds `etcd-steward` with the release profile (PROFILE=dev for a debug
 # build), or measures a prebuilt binary given as BIN (built with the
-# default `sandbox` feature; nothing is built then). Needs what `make
+# `sandbox` feature; nothing is built then). Needs what `make
 # sandbox` needs (scripts/prereqs.sh runs first).
 set -euo pipefail
 BIN=${BIN:-}
@@ -47,7 +47,7 @@ export ETCD_STEWARD_ETCD_DIR="$(scripts/ensure-etcd.sh)"
 if [ -n "$BIN" ]; then
   bin=$BIN
 else
-  cargo build --profile "$PROFILE" -p etcd-steward >&2
+  cargo build --profile "$PROFILE" -p etcd-steward --features sandbox >&2
   case "$PROFILE" in dev) out=debug ;; *) out=$PROFILE ;; esac
   bin="$CARGO_TARGET_DIR/$out/etcd-steward"
 fi

@@ -19,7 +19,8 @@ done
 say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
+# --all-features: the sandbox (off by default) is linted too.
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 etcd_dir=$(scripts/ensure-etcd.sh) || { say "could not provision etcd (scripts/ensure-etcd.sh failed)"; exit 1; }
 export ETCD_STEWARD_ETCD_DIR="$etcd_dir"
@@ -39,4 +40,8 @@ say "the Python SDK's unit tests"
 policies/python/test.sh
 
 say "cargo test (in a private mount namespace)"
+# Without the sandbox feature: the binary the in-cluster tests run is the
+# one a cluster runs. The sandbox's own unit tests follow, with it.
 scripts/in-namespace.sh cargo test --workspace --no-fail-fast "$@"
+say "cargo test of the sandbox command (--features sandbox)"
+cargo test -p etcd-steward --features sandbox --lib --no-fail-fast cli::sandbox

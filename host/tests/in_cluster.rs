@@ -348,6 +348,8 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
                 "--create-namespace",
                 "--set",
                 "logFormat=json",
+                "--set",
+                "dashboard.enabled=true",
                 "--wait",
                 "--timeout=300s",
             ],
@@ -355,6 +357,24 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
         .await;
         // The chart names its objects <release>-<chart>.
         reconciles_and_hands_over(&env, "helm", "etcd-steward-etcd-steward").await;
+        // The dashboard's ConfigMap, labelled for Grafana's sidecar.
+        let dashboard = kubectl(
+            &env.plane,
+            &[
+                "get",
+                "configmap",
+                "-n",
+                OPERATOR_NS,
+                "-l",
+                "grafana_dashboard=1",
+                "-o",
+                "jsonpath={.items[*].data.etcd-steward\\.json}",
+            ],
+        )
+        .await;
+        let dashboard: serde_json::Value = serde_json::from_str(&dashboard)
+            .unwrap_or_else(|e| panic!("the dashboard ConfigMap holds JSON ({e}): {dashboard}"));
+        assert_eq!(dashboard["uid"], "etcd-steward");
         // logFormat=json: one JSON object per line, for log collectors.
         let lines = operator_log_lines(&env);
         assert!(!lines.is_empty(), "the operator logged at info");

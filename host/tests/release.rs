@@ -145,3 +145,21 @@ fn logs_are_plain_text_off_a_terminal_or_one_json_object_per_line() {
         "{err}"
     );
 }
+
+/// The default build (what `cargo build --release -p etcd-steward` makes,
+/// and what the in-cluster tests run) has no sandbox: the test control
+/// plane is linked only with `--features sandbox` (`make sandbox`).
+#[test]
+fn the_default_build_carries_no_sandbox() {
+    let o = steward(&["--help"], &[]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("policy"), "{help}");
+    assert!(!help.contains("sandbox"), "{help}");
+    let o = steward(&["sandbox"], &[]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unrecognized subcommand 'sandbox'"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
