@@ -34,6 +34,10 @@ export ETCD_STEWARD_KUBE_DIR="$kube_dir"
 export PATH="$kube_dir:$PATH"
 say "Kubernetes from $kube_dir: $("$kube_dir/kube-apiserver" --version)"
 
+promtool=$(scripts/ensure-promtool.sh) || { say "could not provision promtool (scripts/ensure-promtool.sh failed)"; exit 1; }
+export ETCD_STEWARD_PROMTOOL="$promtool"
+say "$("$promtool" --version | head -n1)"
+
 say "the JavaScript SDK's unit tests"
 policies/js/test.sh
 say "the Python SDK's unit tests"

@@ -155,6 +155,7 @@ fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
     run(async {
         let env = Env::start().await;
         let endpoints = healthy_three(&env, "seed").await;
+        let healthy = env.metrics_text();
 
         env.plane.kubelet().stop_node().await;
         let c = env
@@ -162,6 +163,7 @@ fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
                 condition(c, "Available") == Some("False")
             })
             .await;
+        let down = env.metrics_text();
         assert_eq!(condition(&c, "Ready"), Some("False"));
         assert_eq!(condition(&c, "Degraded"), Some("True"));
         assert_eq!(ready_members(&c), 0);
@@ -186,8 +188,120 @@ fn the_seed_incident_every_member_stops_gracefully_then_recovers() {
             .etcdctl(&endpoints, &["get", "/steward/e2e", "--print-value-only"])
             .await;
         assert_eq!(got.trim(), "kept");
+        the_alerts_fire_on_the_incident_and_stay_silent_when_healthy(&env, &healthy, &down);
         env.shutdown().await;
     });
+}
+
+/// The chart's alerts, run by the real promtool on the series this run's
+/// operator exported: silent on the healthy cluster, Unavailable and
+/// MemberDown on the seed incident, Unverified once verification is old.
+fn the_alerts_fire_on_the_incident_and_stay_silent_when_healthy(
+    env: &Env,
+    healthy: &str,
+    down: &str,
+) {
+    use std::collections::BTreeMap;
+    use support::alerts::{Case, Firing, test_rules, value};
+    let labels = |severity: &str| {
+        BTreeMap::from([
+            ("namespace", NS.to_owned()),
+            ("name", "seed".to_owned()),
+            ("severity", severity.to_owned()),
+        ])
+    };
+    let seed = format!(r#"{{namespace="{NS}",name="seed"}}"#);
+    let since = format!("etcd_steward_cluster_seconds_since_verified{seed}");
+    assert!(
+        value(healthy, &format!("etcd_steward_cluster_available{seed}")) == Some(1.0),
+        "{healthy}"
+    );
+    assert_eq!(
+        value(down, &format!("etcd_steward_cluster_available{seed}")),
+        Some(0.0),
+        "{down}"
+    );
+    let not_ready = value(down, &format!("etcd_steward_cluster_desired_members{seed}")).unwrap()
+        - value(down, &format!("etcd_steward_cluster_ready_members{seed}")).unwrap();
+    assert!(not_ready > 0.0, "{down}");
+    let firing_down = vec![
+        Firing {
+            alert: "EtcdClusterUnavailable",
+            labels: labels("critical"),
+            annotations: BTreeMap::from([
+                ("summary", format!("EtcdCluster {NS}/seed is not Available")),
+                ("description", format!("The operator could not verify a quorum for {NS}/seed: a linearizable read did not succeed. Clients may not be able to read or write.")),
+                ("runbook", "docs/alerts.md#etcdclusterunavailable".to_owned()),
+            ]),
+        },
+        Firing {
+            alert: "EtcdClusterMemberDown",
+            labels: labels("warning"),
+            annotations: BTreeMap::from([
+                ("summary", format!("EtcdCluster {NS}/seed has {not_ready} member(s) not ready")),
+                ("description", "Fewer members are ready than spec.replicas asks for; the cluster tolerates fewer failures until they return.".to_owned()),
+                ("runbook", "docs/alerts.md#etcdclustermemberdown".to_owned()),
+            ]),
+        },
+    ];
+    // How old verification is at the snapshot depends on the machine's
+    // pace; the derived case below asserts Unverified.
+    let unasserted = if value(down, &since).is_some_and(|v| v > 60.0) {
+        vec!["EtcdClusterUnverified"]
+    } else {
+        vec![]
+    };
+    let stale = healthy
+        .lines()
+        .map(|l| {
+            if l.starts_with(&since) {
+                format!("{since} 120")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = test_rules(
+        env.dir(),
+        &[
+            Case {
+                name: "healthy",
+                exposition: healthy,
+                firing: vec![],
+                unasserted: vec![],
+            },
+            Case {
+                name: "seed incident",
+                exposition: down,
+                firing: firing_down,
+                unasserted,
+            },
+            Case {
+                name: "healthy, but last verified 2 minutes ago",
+                exposition: &stale,
+                firing: vec![Firing {
+                    alert: "EtcdClusterUnverified",
+                    labels: labels("warning"),
+                    annotations: BTreeMap::from([
+                        (
+                            "summary",
+                            format!("EtcdCluster {NS}/seed has not been verified for 2m 0s"),
+                        ),
+                        (
+                            "description",
+                            format!(
+                                "The last verified health of {NS}/seed is older than twice the default policy's 30 s staleness window."
+                            ),
+                        ),
+                        ("runbook", "docs/alerts.md#etcdclusterunverified".to_owned()),
+                    ]),
+                }],
+                unasserted: vec![],
+            },
+        ],
+    );
+    assert!(out.contains("SUCCESS"), "{out}");
 }
 
 #[test]

@@ -1,6 +1,12 @@
-//! The chart's Grafana dashboard asks only for what the operator exports:
-//! every metric a query names is a family the operator's /metrics serves,
-//! and every label a query selects or groups by is one its series carry.
+//! What the chart gives a platform team to monitor with. The Grafana
+//! dashboard asks only for what the operator exports: every metric a query
+//! names is a family the operator's /metrics serves, and every label a
+//! query selects or groups by is one its series carry. The alerts pass the
+//! real `promtool check rules`, as a file and as the rendered
+//! PrometheusRule, and each has a runbook. (`promtool test rules` runs on a
+//! real run's series in host/tests/e2e.rs, the seed incident.)
+
+mod support;
 
 use std::collections::BTreeSet;
 
@@ -143,4 +149,103 @@ fn the_check_refuses_what_the_operator_does_not_export() {
             .iter()
             .any(|p| p.contains("names no"))
     );
+}
+
+fn helm_template(set: &[&str]) -> String {
+    let kube = std::env::var_os("ETCD_STEWARD_KUBE_DIR")
+        .map(std::path::PathBuf::from)
+        .expect(
+            "ETCD_STEWARD_KUBE_DIR names the Kubernetes tools (run the tests through `make test`)",
+        );
+    let chart = steward_testbed::repo::root().join("deploy/helm/etcd-steward");
+    let mut cmd = std::process::Command::new(kube.join("helm"));
+    cmd.args([
+        "template",
+        "rel",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "ops",
+    ]);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().expect("helm runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The rendered manifests of `kind`.
+fn rendered(all: &str, kind: &str) -> Vec<serde_json::Value> {
+    all.split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
+        .filter(|v| v["kind"] == kind)
+        .collect()
+}
+
+/// `promtool check rules` passes on the rule file and on the chart's
+/// rendered PrometheusRule; both hold every alert docs/alerts.md explains.
+#[test]
+fn the_charts_alerts_pass_promtool_check_rules_and_each_has_a_runbook() {
+    let file = support::alerts::rules_file();
+    let out = support::alerts::run_promtool(&["check", "rules", file.to_str().unwrap()]);
+    assert!(
+        out.contains(&format!(
+            "SUCCESS: {} rules found",
+            support::alerts::ALERTS.len()
+        )),
+        "{out}"
+    );
+
+    assert!(
+        rendered(&helm_template(&[]), "PrometheusRule").is_empty(),
+        "off by default"
+    );
+    let all = helm_template(&["prometheusRule.enabled=true", "serviceMonitor.enabled=true"]);
+    let rule = rendered(&all, "PrometheusRule");
+    assert_eq!(rule.len(), 1, "{all}");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("rendered.rules.json");
+    std::fs::write(&spec, serde_json::to_vec(&rule[0]["spec"]).unwrap()).unwrap();
+    let out = support::alerts::run_promtool(&["check", "rules", spec.to_str().unwrap()]);
+    assert!(out.contains("SUCCESS"), "{out}");
+
+    let runbooks =
+        std::fs::read_to_string(steward_testbed::repo::root().join("docs/alerts.md")).unwrap();
+    let names: Vec<&str> = rule[0]["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, support::alerts::ALERTS);
+    for r in rule[0]["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let alert = r["alert"].as_str().unwrap();
+        assert!(
+            runbooks.contains(&format!("## {alert}")),
+            "docs/alerts.md has a section for {alert}"
+        );
+        assert_eq!(
+            r["annotations"]["runbook"],
+            format!("docs/alerts.md#{}", alert.to_lowercase()),
+        );
+    }
+
+    // The ServiceMonitor selects the metrics Service by its port's name.
+    let monitor = rendered(&all, "ServiceMonitor");
+    let service = rendered(&all, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "rel-etcd-steward-metrics")
+        .expect("the metrics Service");
+    let selector = monitor[0]["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    for (k, v) in selector {
+        assert_eq!(&service["metadata"]["labels"][k], v, "label {k}");
+    }
+    assert_eq!(monitor[0]["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
 }

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod alerts;
+
 use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,6 +43,8 @@ pub struct Env {
     /// kstatus and Argo CD's health check, the real libraries.
     pub consumers: StatusConsumers,
     operator: Option<(oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
+    /// The running operator's metrics: what its /metrics serves.
+    metrics: Option<std::sync::Arc<etcd_steward::metrics::Metrics>>,
     _dir: tempfile::TempDir,
 }
 
@@ -102,6 +106,7 @@ impl Env {
             faults: Faults::new(),
             consumers,
             operator: None,
+            metrics: None,
             _dir: dir,
         };
         env.start_operator();
@@ -137,6 +142,7 @@ impl Env {
             client,
             faults: Faults::new(),
             operator: None,
+            metrics: None,
             _dir: dir,
         }
     }
@@ -146,6 +152,7 @@ impl Env {
         assert!(self.operator.is_none(), "the operator is already running");
         let mut op = Operator::new(run_args());
         op.faults = self.faults.clone();
+        self.metrics = Some(op.metrics.clone());
         let (tx, rx) = oneshot::channel::<()>();
         let client = self.operator_client.clone();
         let task = tokio::spawn(async move {
@@ -155,6 +162,14 @@ impl Env {
             .await
         });
         self.operator = Some((tx, task));
+    }
+
+    /// The text the operator's /metrics serves now (the same encoder).
+    pub fn metrics_text(&self) -> String {
+        self.metrics
+            .as_ref()
+            .expect("the operator was started")
+            .encode()
     }
 
     /// Stops the operator as a crash would: in-flight work is abandoned.
