@@ -34,9 +34,11 @@ export ETCD_STEWARD_KUBE_DIR="$kube_dir"
 export PATH="$kube_dir:$PATH"
 say "Kubernetes from $kube_dir: $("$kube_dir/kube-apiserver" --version)"
 
-promtool=$(scripts/ensure-promtool.sh) || { say "could not provision promtool (scripts/ensure-promtool.sh failed)"; exit 1; }
+promtool=$(scripts/ensure-go-tool.sh promtool) || { say "could not provision promtool (scripts/ensure-go-tool.sh promtool failed)"; exit 1; }
 export ETCD_STEWARD_PROMTOOL="$promtool"
 say "$("$promtool" --version | head -n1)"
+crane=$(scripts/ensure-go-tool.sh crane) || { say "could not provision crane (scripts/ensure-go-tool.sh crane failed)"; exit 1; }
+export ETCD_STEWARD_CRANE="$crane"
 
 say "the JavaScript SDK's unit tests"
 policies/js/test.sh

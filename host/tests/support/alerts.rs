@@ -1,5 +1,5 @@
 //! The chart's alerts (deploy/helm/etcd-steward/rules), run by the real
-//! `promtool` (scripts/ensure-promtool.sh) on series the operator exported.
+//! `promtool` (scripts/ensure-go-tool.sh promtool) on series the operator exported.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
