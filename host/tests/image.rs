@@ -72,7 +72,10 @@ fn two_builds_of_one_commit_give_one_image_that_says_what_it_is() {
         serde_json::from_str(&crane(&["config", "--insecure", &digest])).unwrap();
     let c = &config["config"];
     assert_eq!(c["User"], "65532:65532", "{config}");
-    assert_eq!(c["Entrypoint"], serde_json::json!(["/usr/local/bin/etcd-steward"]));
+    assert_eq!(
+        c["Entrypoint"],
+        serde_json::json!(["/usr/local/bin/etcd-steward"])
+    );
     assert_eq!(c["Cmd"], serde_json::json!(["run"]));
     assert_eq!(config["os"], "linux");
     assert_eq!(config["architecture"], "amd64");
@@ -92,7 +95,11 @@ fn two_builds_of_one_commit_give_one_image_that_says_what_it_is() {
     // One layer; its files, owners and modes.
     let manifest: serde_json::Value =
         serde_json::from_str(&crane(&["manifest", "--insecure", &digest])).unwrap();
-    assert_eq!(manifest["layers"].as_array().unwrap().len(), 1, "{manifest}");
+    assert_eq!(
+        manifest["layers"].as_array().unwrap().len(),
+        1,
+        "{manifest}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let fs = dir.path().join("fs.tar");
     crane(&["export", "--insecure", &digest, fs.to_str().unwrap()]);
@@ -128,11 +135,7 @@ fn two_builds_of_one_commit_give_one_image_that_says_what_it_is() {
 #[test]
 fn the_chart_is_an_oci_artifact_helm_reads_and_bad_references_are_named() {
     let (_rt, registry) = registry();
-    let pushed = script(
-        "push-chart.sh",
-        &[&registry.addr],
-        &[("PLAIN_HTTP", "1")],
-    );
+    let pushed = script("push-chart.sh", &[&registry.addr], &[("PLAIN_HTTP", "1")]);
     let (reference, err) = text(&pushed);
     assert!(pushed.status.success(), "{err}");
     assert!(
@@ -148,7 +151,14 @@ fn the_chart_is_an_oci_artifact_helm_reads_and_bad_references_are_named() {
         .expect("helm beside kube-apiserver");
     let chart = format!("oci://{}/charts/etcd-steward", registry.addr);
     let show = Command::new(&helm)
-        .args(["show", "chart", &chart, "--version", VERSION, "--plain-http"])
+        .args([
+            "show",
+            "chart",
+            &chart,
+            "--version",
+            VERSION,
+            "--plain-http",
+        ])
         .output()
         .unwrap();
     let (shown, err) = text(&show);
@@ -158,7 +168,14 @@ fn the_chart_is_an_oci_artifact_helm_reads_and_bad_references_are_named() {
 
     // A chart version that does not exist.
     let missing = Command::new(&helm)
-        .args(["show", "chart", &chart, "--version", "9.9.9", "--plain-http"])
+        .args([
+            "show",
+            "chart",
+            &chart,
+            "--version",
+            "9.9.9",
+            "--plain-http",
+        ])
         .output()
         .unwrap();
     assert!(!missing.status.success());
