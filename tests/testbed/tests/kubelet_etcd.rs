@@ -425,6 +425,14 @@ async fn a_sigterm_from_outside_the_kubelet_is_a_clean_exit_0() {
         .unwrap()
         .pid
         .unwrap();
+    // The process is named after its program, as in a container (the
+    // kubelet execs the opened file, not /proc/self/fd/N).
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap()
+            .trim_end(),
+        "etcd"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -8,11 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use crate::etcd_bin::{EtcdBinaries, EtcdReleases};
+
+use super::images::{PulledImage, RegistryAccess};
 
 /// Why a container cannot be started; becomes the container's waiting
 /// reason `CreateContainerConfigError` with this message.
@@ -36,12 +38,24 @@ pub enum LaunchError {
     /// container's waiting reason is `ErrImagePull`, as for a failed pull.
     #[error("container {container}: {message}")]
     ImagePull { container: String, message: String },
+    /// The program is not in the pulled image: a start error, as a
+    /// runtime reports it (`RunContainerError`, or `StartError` once
+    /// nothing restarts it).
+    #[error("container {container}: {message}")]
+    Exec { container: String, message: String },
+    /// The image and securityContext give no runnable user (a user name,
+    /// or root under runAsNonRoot): `CreateContainerConfigError`.
+    #[error("container {container}: {message}")]
+    User { container: String, message: String },
 }
 
 /// Everything needed to spawn the container's process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchPlan {
+    /// The executable on this machine (for a pulled image, inside its rootfs).
     pub program: PathBuf,
+    /// `argv[0]`: the program as the container names it.
+    pub arg0: String,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     /// (local directory, mountPath) pairs bind-mounted in the process's own
@@ -51,6 +65,22 @@ pub struct LaunchPlan {
     /// `etcdutl` serve exec probes, as the image's own would. None for a
     /// local image.
     pub release: Option<EtcdBinaries>,
+    /// The working directory; `None`: the Pod's directory.
+    pub working_dir: Option<PathBuf>,
+    /// The user to run as (a pulled image's `User`, or the securityContext's);
+    /// `None`: as the kubelet.
+    pub run_as: Option<RunAs>,
+    /// A pulled image's `imageID` (`host/repo@sha256:…`).
+    pub image_id: Option<String>,
+}
+
+/// The credentials a container's process gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups: the Pod's `supplementalGroups` and `fsGroup`.
+    pub groups: Vec<u32>,
 }
 
 /// An image the kubelet runs as a local program: the operator's image maps
@@ -65,13 +95,26 @@ pub struct LocalImage {
 }
 
 /// The container the kubelet runs for this Pod: the first whose image or
-/// program is etcd, or whose image is one of `images`.
-pub fn runnable_container<'a>(pod: &'a Pod, images: &[LocalImage]) -> Option<&'a Container> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| is_etcd(c) || local_image(c, images).is_some())
+/// program is etcd, whose image is one of `images`, or whose image is in one
+/// of the `registries` the kubelet pulls from.
+pub fn runnable_container<'a>(
+    pod: &'a Pod,
+    images: &[LocalImage],
+    registries: &[RegistryAccess],
+) -> Option<&'a Container> {
+    pod.spec.as_ref()?.containers.iter().find(|c| {
+        is_etcd(c) || local_image(c, images).is_some() || pulled_image(c, images, registries)
+    })
+}
+
+/// Whether the kubelet pulls `c`'s image: it names one of `registries`, and
+/// it is neither etcd (which runs a local release) nor a mapped local image.
+pub fn pulled_image(c: &Container, images: &[LocalImage], registries: &[RegistryAccess]) -> bool {
+    !is_etcd(c)
+        && local_image(c, images).is_none()
+        && c.image
+            .as_deref()
+            .is_some_and(|i| super::images::access_for(registries, i).is_some())
 }
 
 /// The container of `pod` that is etcd, if any.
@@ -156,11 +199,15 @@ pub fn plan(
             .map(|(path, local)| (local.clone(), path.clone()))
             .collect();
         return Ok(LaunchPlan {
+            arg0: image.program.display().to_string(),
             program: image.program.clone(),
             args,
             env,
             binds,
             release: None,
+            working_dir: None,
+            run_as: None,
+            image_id: None,
         });
     }
 
@@ -222,12 +269,275 @@ pub fn plan(
         })
         .collect();
     Ok(LaunchPlan {
+        arg0: program.display().to_string(),
         program,
         args,
         env,
         binds: Vec::new(),
         release: Some(bins),
+        working_dir: None,
+        run_as: None,
+        image_id: None,
     })
+}
+
+/// The `PATH` a runtime gives a container whose image sets none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Plans the process for `container`, whose image was pulled as `image`,
+/// with Kubernetes' rules: `command` replaces the image's Entrypoint (and
+/// drops its Cmd), `args` replaces Cmd; `$(VAR)` in command and args expands
+/// from the container's env; the env is the image's Env, then the
+/// container's (the container wins); the working directory is the
+/// container's `workingDir` or the image's WorkingDir, inside the rootfs
+/// (or at a volume, when it lies under a mountPath); the user is the image's
+/// `User` unless the securityContext sets `runAsUser`/`runAsGroup`. The
+/// program is `argv[0]` found inside the rootfs: a path as written (symlinks
+/// resolved inside the rootfs), a bare name on the `PATH` of that env.
+pub fn plan_pulled(
+    pod: &Pod,
+    container: &Container,
+    ip: Ipv4Addr,
+    host_ip: Ipv4Addr,
+    mounts: &[(String, PathBuf)],
+    image: &PulledImage,
+) -> Result<LaunchPlan, LaunchError> {
+    let container_env = container_env(pod, container, ip, host_ip)?;
+    let vars: BTreeMap<&str, &str> = container_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let expand_all =
+        |words: &[String]| -> Vec<String> { words.iter().map(|w| expand(w, &vars)).collect() };
+    let command = container.command.as_deref().unwrap_or_default();
+    let args = container.args.as_deref().unwrap_or_default();
+    let words: Vec<String> = if !command.is_empty() {
+        let mut w = expand_all(command);
+        w.extend(expand_all(args));
+        w
+    } else {
+        let mut w = image.config.entrypoint.clone();
+        if args.is_empty() {
+            w.extend(image.config.cmd.iter().cloned());
+        } else {
+            w.extend(expand_all(args));
+        }
+        w
+    };
+    let exec_error = |message: String| LaunchError::Exec {
+        container: container.name.clone(),
+        message,
+    };
+    let Some((first, rest)) = words.split_first() else {
+        return Err(exec_error(format!(
+            "no command specified: image {} has no Entrypoint or Cmd and the container no command",
+            image.reference
+        )));
+    };
+
+    let mut env: Vec<(String, String)> = Vec::new();
+    let image_env = image
+        .config
+        .env
+        .iter()
+        .map(|kv| kv.split_once('=').unwrap_or((kv.as_str(), "")))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    for (k, v) in image_env.chain(container_env) {
+        set_env(&mut env, k, v);
+    }
+
+    let workdir = container
+        .working_dir
+        .clone()
+        .filter(|w| !w.is_empty())
+        .or_else(|| Some(image.config.working_dir.clone()).filter(|w| !w.is_empty()));
+    let working_dir = workdir
+        .as_deref()
+        .map(|w| in_container(w, mounts, &image.rootfs));
+
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+    let program =
+        find_program(&image.rootfs, first, path, workdir.as_deref()).ok_or_else(|| {
+            exec_error(if first.contains('/') {
+                format!(
+                    "exec: {first:?}: stat {first}: no such file or directory in image {}",
+                    image.reference
+                )
+            } else {
+                format!(
+                    "exec: {first:?}: executable file not found in $PATH ({path}) of image {}",
+                    image.reference
+                )
+            })
+        })?;
+    let run_as = run_as(pod, container, &image.config.user)?;
+    let binds = mounts
+        .iter()
+        .map(|(path, local)| (local.clone(), path.clone()))
+        .collect();
+    Ok(LaunchPlan {
+        program,
+        arg0: first.clone(),
+        args: rest.to_vec(),
+        env,
+        binds,
+        release: None,
+        working_dir,
+        run_as,
+        image_id: Some(image.image_id.clone()),
+    })
+}
+
+/// Sets `key` in an ordered env list; a later value replaces an earlier one
+/// in place.
+pub(crate) fn set_env(env: &mut Vec<(String, String)>, key: String, value: String) {
+    match env.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = value,
+        None => env.push((key, value)),
+    }
+}
+
+/// Where the in-container path `path` is for the process: at a volume's
+/// mountPath (bind-mounted there in its mount namespace), else in the rootfs.
+fn in_container(path: &str, mounts: &[(String, PathBuf)], rootfs: &Path) -> PathBuf {
+    let under_volume = mounts.iter().any(|(mount, _)| {
+        let mount = mount.trim_end_matches('/');
+        path.strip_prefix(mount)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    });
+    if under_volume {
+        PathBuf::from(path)
+    } else {
+        resolve_in_root(rootfs, path)
+    }
+}
+
+/// The executable `name` stands for inside `rootfs`.
+fn find_program(rootfs: &Path, name: &str, path: &str, workdir: Option<&str>) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        let full = if name.starts_with('/') {
+            name.to_owned()
+        } else {
+            format!("{}/{name}", workdir.unwrap_or("/"))
+        };
+        let p = resolve_in_root(rootfs, &full);
+        return executable(&p).then_some(p);
+    }
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| resolve_in_root(rootfs, &format!("{d}/{name}")))
+        .find(|p| executable(p))
+}
+
+/// `path` as seen from inside `rootfs`: `..` stops at the root and symlinks
+/// are followed inside it (an absolute target starts again at `rootfs`).
+pub fn resolve_in_root(rootfs: &Path, path: &str) -> PathBuf {
+    let mut pending: std::collections::VecDeque<String> =
+        path.split('/').map(str::to_owned).collect();
+    let mut resolved: Vec<String> = Vec::new();
+    let mut links = 0;
+    while let Some(part) = pending.pop_front() {
+        match part.as_str() {
+            "" | "." => continue,
+            ".." => {
+                resolved.pop();
+                continue;
+            }
+            _ => {}
+        }
+        resolved.push(part);
+        let here: PathBuf = resolved.iter().fold(rootfs.to_path_buf(), |p, c| p.join(c));
+        let Ok(target) = std::fs::read_link(&here) else {
+            continue;
+        };
+        links += 1;
+        if links > 40 {
+            break;
+        }
+        resolved.pop();
+        let target = target.to_string_lossy().into_owned();
+        if target.starts_with('/') {
+            resolved.clear();
+        }
+        for (i, t) in target.split('/').enumerate() {
+            pending.insert(i, t.to_owned());
+        }
+    }
+    resolved.iter().fold(rootfs.to_path_buf(), |p, c| p.join(c))
+}
+
+/// The user the process runs as: the securityContext's runAsUser/runAsGroup
+/// (container over Pod), else the image's numeric `User` (`uid[:gid]`).
+fn run_as(pod: &Pod, c: &Container, image_user: &str) -> Result<Option<RunAs>, LaunchError> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = c.security_context.as_ref();
+    let user_error = |message: String| LaunchError::User {
+        container: c.name.clone(),
+        message,
+    };
+    let (image_uid, image_gid) = match image_user.split_once(':') {
+        _ if image_user.is_empty() => (None, None),
+        Some((u, g)) => (Some(u), Some(g)),
+        None => (Some(image_user), None),
+    };
+    let numeric = |what: &str, v: &str| -> Result<i64, LaunchError> {
+        v.parse::<u32>().map(i64::from).map_err(|_| {
+            user_error(format!(
+                "image user {image_user:?}: {what} {v:?} is not numeric; the local kubelet reads no /etc/passwd in images (set runAsUser/runAsGroup)"
+            ))
+        })
+    };
+    let uid = match csc
+        .and_then(|s| s.run_as_user)
+        .or(psc.and_then(|s| s.run_as_user))
+    {
+        Some(u) => Some(u),
+        None => image_uid.map(|u| numeric("user", u)).transpose()?,
+    };
+    let gid = match csc
+        .and_then(|s| s.run_as_group)
+        .or(psc.and_then(|s| s.run_as_group))
+    {
+        Some(g) => Some(g),
+        None => image_gid.map(|g| numeric("group", g)).transpose()?,
+    };
+    let non_root = csc
+        .and_then(|s| s.run_as_non_root)
+        .or(psc.and_then(|s| s.run_as_non_root))
+        == Some(true);
+    if non_root && uid.unwrap_or(0) == 0 {
+        return Err(user_error(
+            "container has runAsNonRoot and image will run as root".into(),
+        ));
+    }
+    if uid.is_none() && gid.is_none() {
+        return Ok(None);
+    }
+    let id = |v: i64| u32::try_from(v).map_err(|_| user_error(format!("id {v} is out of range")));
+    let mut groups = Vec::new();
+    for g in psc
+        .and_then(|s| s.supplemental_groups.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(psc.and_then(|s| s.fs_group))
+    {
+        let g = id(g)?;
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    Ok(Some(RunAs {
+        uid: id(uid.unwrap_or(0))?,
+        gid: id(gid.unwrap_or(0))?,
+        groups,
+    }))
 }
 
 fn is_listen_flag(flag: &str) -> bool {
@@ -593,7 +903,7 @@ mod tests {
             program: "/build/etcd-steward".into(),
         }];
         assert!(etcd_container(&pod).is_none());
-        let c = runnable_container(&pod, &images).expect("the mapped image is runnable");
+        let c = runnable_container(&pod, &images, &[]).expect("the mapped image is runnable");
         let mounts = [("/tmp".to_string(), PathBuf::from("/k/pods/op/volumes/tmp"))];
         let plan = plan(
             &pod,
@@ -612,13 +922,13 @@ mod tests {
             [(PathBuf::from("/k/pods/op/volumes/tmp"), "/tmp".to_string())]
         );
         assert!(
-            runnable_container(&pod, &[]).is_none(),
+            runnable_container(&pod, &[], &[]).is_none(),
             "unmapped images are not run"
         );
 
         let mut with_command = pod.clone();
         with_command.spec.as_mut().unwrap().containers[0].command = Some(vec!["/bin/sh".into()]);
-        let c = runnable_container(&with_command, &images).unwrap();
+        let c = runnable_container(&with_command, &images, &[]).unwrap();
         let err = super::plan(
             &with_command,
             c,
@@ -630,6 +940,248 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, LaunchError::NotEntrypoint { .. }), "{err}");
+    }
+
+    /// A rootfs with /bin/app, /usr/bin/tool (and /bin/tool -> ../usr/bin/tool),
+    /// and a non-executable /etc/conf.
+    fn rootfs() -> (tempfile::TempDir, PulledImage) {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("rootfs");
+        for d in ["bin", "usr/bin", "etc", "srv"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in ["bin/app", "usr/bin/tool"] {
+            std::fs::write(root.join(f), "#!").unwrap();
+            std::fs::set_permissions(root.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(root.join("etc/conf"), "").unwrap();
+        std::os::unix::fs::symlink("../usr/bin/tool", root.join("bin/tool")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/tool", root.join("bin/abs")).unwrap();
+        let image = PulledImage {
+            reference: "127.0.0.1:5000/app:v1".into(),
+            image_id: "127.0.0.1:5000/app@sha256:aa".into(),
+            manifest_digest: "sha256:aa".into(),
+            rootfs: root,
+            config: crate::kubelet::images::ImageConfig {
+                entrypoint: vec!["/bin/app".into(), "--from-entrypoint".into()],
+                cmd: vec!["serve".into(), "--from-cmd".into()],
+                env: vec![
+                    "PATH=/usr/bin:/bin".into(),
+                    "MODE=image".into(),
+                    "KEEP=1".into(),
+                ],
+                user: "1000:2000".into(),
+                working_dir: "/srv".into(),
+            },
+        };
+        (t, image)
+    }
+
+    fn app_pod(container: serde_json::Value) -> Pod {
+        let mut c = json!({"name": "app", "image": "127.0.0.1:5000/app:v1"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(container.as_object().unwrap().clone());
+        serde_json::from_value(json!({
+            "metadata": {"name": "app-0", "namespace": "ns"},
+            "spec": {"containers": [c]}
+        }))
+        .unwrap()
+    }
+
+    fn plan_for(pod: &Pod, image: &PulledImage) -> Result<LaunchPlan, LaunchError> {
+        let mounts = [("/data".to_string(), PathBuf::from("/k/pods/x/volumes/data"))];
+        plan_pulled(
+            pod,
+            &pod.spec.as_ref().unwrap().containers[0],
+            "127.20.0.9".parse().unwrap(),
+            Ipv4Addr::LOCALHOST,
+            &mounts,
+            image,
+        )
+    }
+
+    #[test]
+    fn a_pulled_image_runs_its_entrypoint_and_cmd_unless_the_container_overrides_them() {
+        let (_t, image) = rootfs();
+        let root = image.rootfs.clone();
+
+        // Neither: Entrypoint + Cmd.
+        let p = plan_for(&app_pod(json!({})), &image).unwrap();
+        assert_eq!(p.program, root.join("bin/app"));
+        assert_eq!(p.arg0, "/bin/app");
+        assert_eq!(p.args, ["--from-entrypoint", "serve", "--from-cmd"]);
+        assert_eq!(p.image_id.as_deref(), Some("127.0.0.1:5000/app@sha256:aa"));
+        assert_eq!(
+            p.working_dir,
+            Some(root.join("srv")),
+            "WorkingDir inside the rootfs"
+        );
+        assert_eq!(
+            p.binds,
+            [(PathBuf::from("/k/pods/x/volumes/data"), "/data".to_string())]
+        );
+
+        // args only: Entrypoint + args ($(VAR) expanded from the container env).
+        let pod = app_pod(json!({
+            "args": ["run", "--name=$(POD_NAME)"],
+            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        }));
+        let p = plan_for(&pod, &image).unwrap();
+        assert_eq!(p.arg0, "/bin/app");
+        assert_eq!(p.args, ["--from-entrypoint", "run", "--name=app-0"]);
+
+        // command only: Entrypoint and Cmd both dropped; a bare name is found
+        // on the image's PATH, through a symlink, inside the rootfs.
+        let p = plan_for(&app_pod(json!({"command": ["tool", "-v"]})), &image).unwrap();
+        assert_eq!(p.program, root.join("usr/bin/tool"));
+        assert_eq!(p.arg0, "tool");
+        assert_eq!(p.args, ["-v"]);
+
+        // command and args; an absolute symlink stays inside the rootfs.
+        let pod = app_pod(json!({"command": ["/bin/abs"], "args": ["x"]}));
+        let p = plan_for(&pod, &image).unwrap();
+        assert_eq!(p.program, root.join("usr/bin/tool"));
+        assert_eq!(p.args, ["x"]);
+
+        // Not in the image: a start error naming the program and the image.
+        let err = plan_for(&app_pod(json!({"command": ["nope"]})), &image).unwrap_err();
+        assert!(
+            matches!(&err, LaunchError::Exec { message, .. }
+                if message.contains("\"nope\": executable file not found in $PATH")
+                    && message.contains("127.0.0.1:5000/app:v1")),
+            "{err}"
+        );
+        let err = plan_for(&app_pod(json!({"command": ["/etc/conf"]})), &image).unwrap_err();
+        assert!(
+            matches!(err, LaunchError::Exec { .. }),
+            "not executable: {err}"
+        );
+
+        // No entrypoint, no cmd, no command.
+        let mut bare = image.clone();
+        bare.config.entrypoint.clear();
+        bare.config.cmd.clear();
+        let err = plan_for(&app_pod(json!({})), &bare).unwrap_err();
+        assert!(err.to_string().contains("no command specified"), "{err}");
+    }
+
+    #[test]
+    fn a_pulled_image_env_comes_first_and_the_container_env_wins() {
+        let (_t, image) = rootfs();
+        let pod = app_pod(json!({"env": [
+            {"name": "MODE", "value": "pod"},
+            {"name": "PATH", "value": "/bin"},
+            {"name": "EXTRA", "value": "$(MODE)-x"},
+        ]}));
+        let p = plan_for(&pod, &image).unwrap();
+        assert_eq!(
+            p.env,
+            [
+                ("PATH".to_string(), "/bin".to_string()),
+                ("MODE".into(), "pod".into()),
+                ("KEEP".into(), "1".into()),
+                ("EXTRA".into(), "pod-x".into()),
+            ]
+        );
+        // The container's PATH is the one searched: tool is not in /bin itself,
+        // but /bin/tool is a symlink to it.
+        let pod =
+            app_pod(json!({"command": ["tool"], "env": [{"name": "PATH", "value": "/nowhere"}]}));
+        assert!(matches!(
+            plan_for(&pod, &image),
+            Err(LaunchError::Exec { .. })
+        ));
+    }
+
+    #[test]
+    fn a_pulled_image_runs_as_its_user_unless_the_security_context_says_otherwise() {
+        let (_t, image) = rootfs();
+        let p = plan_for(&app_pod(json!({})), &image).unwrap();
+        assert_eq!(
+            p.run_as,
+            Some(RunAs {
+                uid: 1000,
+                gid: 2000,
+                groups: vec![]
+            }),
+            "the image's User"
+        );
+
+        let mut pod = app_pod(json!({"securityContext": {"runAsUser": 3000}}));
+        pod.spec.as_mut().unwrap().security_context = serde_json::from_value(json!({
+            "runAsUser": 4000, "runAsGroup": 4001, "supplementalGroups": [5, 6], "fsGroup": 7
+        }))
+        .unwrap();
+        let p = plan_for(&pod, &image).unwrap();
+        assert_eq!(
+            p.run_as,
+            Some(RunAs {
+                uid: 3000,
+                gid: 4001,
+                groups: vec![5, 6, 7]
+            }),
+            "container over Pod over image"
+        );
+
+        let mut root_image = image.clone();
+        root_image.config.user = String::new();
+        assert_eq!(
+            plan_for(&app_pod(json!({})), &root_image).unwrap().run_as,
+            None
+        );
+        let err = plan_for(
+            &app_pod(json!({"securityContext": {"runAsNonRoot": true}})),
+            &root_image,
+        )
+        .unwrap_err();
+        assert!(matches!(err, LaunchError::User { .. }), "{err}");
+        assert!(err.to_string().contains("runAsNonRoot"), "{err}");
+
+        let mut named = image.clone();
+        named.config.user = "nobody".into();
+        let err = plan_for(&app_pod(json!({})), &named).unwrap_err();
+        assert!(matches!(err, LaunchError::User { .. }), "{err}");
+        let pod = app_pod(json!({"securityContext": {"runAsUser": 65534, "runAsGroup": 65534}}));
+        assert_eq!(
+            plan_for(&pod, &named).unwrap().run_as,
+            Some(RunAs {
+                uid: 65534,
+                gid: 65534,
+                groups: vec![]
+            }),
+            "runAsUser makes the image's user name irrelevant"
+        );
+    }
+
+    #[test]
+    fn a_working_dir_under_a_volume_is_the_volume() {
+        let (_t, image) = rootfs();
+        let p = plan_for(&app_pod(json!({"workingDir": "/data/sub"})), &image).unwrap();
+        assert_eq!(p.working_dir, Some(PathBuf::from("/data/sub")));
+        let p = plan_for(&app_pod(json!({"workingDir": "/opt/../srv/x"})), &image).unwrap();
+        assert_eq!(p.working_dir, Some(image.rootfs.join("srv/x")));
+        assert_eq!(
+            resolve_in_root(&image.rootfs, "/../../bin/tool"),
+            image.rootfs.join("usr/bin/tool"),
+            "no way out of the rootfs"
+        );
+    }
+
+    #[test]
+    fn images_of_listed_registries_are_runnable_and_etcd_stays_etcd() {
+        let regs = [RegistryAccess {
+            host: "127.0.0.1:5000".into(),
+            ca_pem: None,
+        }];
+        let pod = app_pod(json!({}));
+        assert!(runnable_container(&pod, &[], &[]).is_none());
+        let c = runnable_container(&pod, &[], &regs).unwrap();
+        assert!(pulled_image(c, &[], &regs));
+        let etcd = app_pod(json!({"image": "127.0.0.1:5000/etcd:3.6.17"}));
+        let c = runnable_container(&etcd, &[], &regs).unwrap();
+        assert!(!pulled_image(c, &[], &regs), "etcd runs a local release");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! tests break things the way machines break. See docs/local-kubelet.md.
 
 mod addresses;
+mod exec;
 pub mod fixtures;
+pub mod images;
 pub mod launch;
 mod mounts;
 mod node;
@@ -68,6 +70,14 @@ pub struct KubeletConfig {
     pub api_server: Option<String>,
     /// Images run as local programs besides etcd (the operator's).
     pub images: Vec<launch::LocalImage>,
+    /// The registries this kubelet pulls images from (kubelet/images.rs).
+    /// A container whose image names one of them (and is not etcd or a
+    /// mapped local image) is pulled and run from the image's rootfs.
+    pub registries: Vec<images::RegistryAccess>,
+    /// The wait after a failed pull before the next, doubling up to the
+    /// cap. (The real kubelet uses 10 s doubling to 5 min.)
+    pub image_pull_backoff: Duration,
+    pub max_image_pull_backoff: Duration,
 }
 
 impl KubeletConfig {
@@ -82,6 +92,9 @@ impl KubeletConfig {
             shutdown_grace: Duration::from_secs(10),
             api_server: None,
             images: Vec::new(),
+            registries: Vec::new(),
+            image_pull_backoff: Duration::from_secs(2),
+            max_image_pull_backoff: Duration::from_secs(60),
         })
     }
 }
@@ -93,6 +106,7 @@ pub(crate) struct Node {
     releases: EtcdReleases,
     host_ip: Ipv4Addr,
     config: KubeletConfig,
+    images: Arc<images::ImageStore>,
     hosts: HostsBlock,
     up: watch::Sender<bool>,
     /// (namespace, name) of Pods that must not start: see [`Kubelet::hold_starts`].
@@ -194,12 +208,14 @@ impl Kubelet {
         std::fs::create_dir_all(&config.root)
             .with_context(|| format!("creating {}", config.root.display()))?;
         let root = std::fs::canonicalize(&config.root)?;
+        let images = Arc::new(images::ImageStore::new(&root, config.registries.clone()));
         let node = Arc::new(Node {
             client: client.clone(),
             root,
             releases: config.etcd.clone(),
             host_ip: Ipv4Addr::LOCALHOST,
             config,
+            images,
             hosts,
             up: watch::Sender::new(true),
             held: Mutex::default(),
@@ -489,11 +505,13 @@ impl Drop for Kubelet {
 }
 
 /// Whether this kubelet runs `pod`: the scheduler bound it here, and it is
-/// etcd or a mapped image. (The watch already selects this node's Pods;
-/// checked again because a Pod is the kubelet's only once bound.)
-fn is_ours(pod: &Pod, images: &[launch::LocalImage]) -> bool {
+/// etcd, a mapped image, or an image from a registry it pulls from. (The
+/// watch already selects this node's Pods; checked again because a Pod is
+/// the kubelet's only once bound.)
+fn is_ours(pod: &Pod, config: &KubeletConfig) -> bool {
     let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    node == Some(NODE_NAME) && launch::runnable_container(pod, images).is_some()
+    node == Some(NODE_NAME)
+        && launch::runnable_container(pod, &config.images, &config.registries).is_some()
 }
 
 /// The DNS names a Pod gets from a headless Service named by its subdomain.
@@ -564,7 +582,7 @@ fn on_apply(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) {
         let _ = tx.send(Command::Update(Box::new(pod)));
         return;
     }
-    if !is_ours(&pod, &node.config.images) {
+    if !is_ours(&pod, &node.config) {
         return;
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -586,9 +604,9 @@ fn adopt(node: &Arc<Node>, seq: &std::sync::atomic::AtomicU64, pod: Pod) -> Resu
         .clone()
         .unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let container = launch::runnable_container(&pod, &node.config.images)
+    let container = launch::runnable_container(&pod, &node.config.images, &node.config.registries)
         .cloned()
-        .context("no etcd container")?;
+        .context("no container this kubelet runs")?;
     let ip = addresses::allocate()?;
     let names = dns_names(&pod);
     // Names go in before the process starts (and before peers need them):

@@ -155,13 +155,21 @@ fn project(
 
 fn write_all(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: i32) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    // Directories 0755 and files defaultMode (0644 unless the Pod says
+    // otherwise), as a kubelet writes them: readable by any user a
+    // container runs as.
+    let mkdir = |d: &Path| -> Result<(), String> {
+        std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("chmod {}: {e}", d.display()))
+    };
+    mkdir(dir)?;
     for (path, data) in files {
         // Paths come from the Pod spec, which the apiserver validated:
         // relative, no `..`.
         let file = dir.join(path);
         if let Some(parent) = file.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            mkdir(parent)?;
         }
         std::fs::write(&file, data).map_err(|e| format!("writing {}: {e}", file.display()))?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode as u32))

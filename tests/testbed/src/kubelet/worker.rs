@@ -33,9 +33,11 @@ use super::probe::ProbeState;
 mod container;
 mod pod_status;
 mod probing;
+mod pulling;
 mod volumes;
 
 use probing::ProbeKind;
+use pulling::{PullTask, PullWait};
 use volumes::VolumeError;
 
 /// Requests to a Pod's worker.
@@ -74,6 +76,13 @@ enum Wake {
     Restart,
     KillDeadline,
     RetryStatus,
+    Pulled(
+        Result<
+            Result<super::images::PulledImage, super::images::PullError>,
+            tokio::task::JoinError,
+        >,
+    ),
+    PullWait,
 }
 
 pub(crate) struct Worker {
@@ -91,6 +100,19 @@ pub(crate) struct Worker {
     config_error: Option<String>,
     /// Set while volumes are not ready yet (e.g. the PVC does not exist).
     prepare_at: Option<Instant>,
+    /// The container's image is pulled from a registry (kubelet/images.rs);
+    /// its plan is made after each pull.
+    pulls: bool,
+    /// The volumes (mountPath, directory) of a pulled container, once ready.
+    mounts: Option<Vec<(String, PathBuf)>>,
+    pulling: Option<PullTask>,
+    /// The image the last pull gave, until the start that uses it.
+    pulled: Option<super::images::PulledImage>,
+    /// The `imageID` of the image last pulled, for the status.
+    image_id: Option<String>,
+    /// After a failed pull: when to show ImagePullBackOff / pull again.
+    pull_wait: Option<(Instant, PullWait)>,
+    pull_backoff: Duration,
     waiting: (String, Option<String>),
 
     child: Option<Child>,
@@ -151,6 +173,7 @@ impl Worker {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let node_up = *node.up.borrow();
+        let pulls = launch::pulled_image(&container, &node.config.images, &node.config.registries);
         Worker {
             log_path: dir.join(format!("{}.log", container.name)),
             node,
@@ -164,6 +187,13 @@ impl Worker {
             plan: None,
             config_error: None,
             prepare_at: Some(Instant::now()),
+            pulls,
+            mounts: None,
+            pulling: None,
+            pulled: None,
+            image_id: None,
+            pull_wait: None,
+            pull_backoff: Duration::ZERO,
             waiting: ("ContainerCreating".into(), None),
             child: None,
             pid: None,
@@ -210,10 +240,14 @@ impl Worker {
             let liveness_at = self.liveness.as_ref().filter(|_| probing).map(|p| p.next);
             let prepare_at = self.prepare_at.filter(|_| !self.deleting);
             let kill_at = self.kill_at.filter(|_| self.child.is_some());
+            let pull_wait_at = self.pull_wait.as_ref().map(|(at, _)| *at);
             let wake = {
                 let child = &mut self.child;
+                let pulling = &mut self.pulling;
                 tokio::select! {
                     r = async { child.as_mut().unwrap().wait().await }, if child.is_some() => Wake::Exit(r),
+                    r = async { pulling.as_mut().unwrap().await }, if pulling.is_some() => Wake::Pulled(r),
+                    _ = sleep_opt(pull_wait_at) => Wake::PullWait,
                     c = rx.recv() => Wake::Cmd(c),
                     _ = sleep_opt(prepare_at) => Wake::Prepare,
                     _ = sleep_opt(readiness_at) => Wake::Readiness,
@@ -243,8 +277,11 @@ impl Worker {
                     self.sigkill();
                 }
                 Wake::RetryStatus => self.status_retry_at = None,
+                Wake::Pulled(r) => self.on_pulled(r),
+                Wake::PullWait => self.on_pull_wait(),
             }
         }
+        self.stop_pulling();
         self.node.forget(&self.uid);
     }
 
@@ -275,10 +312,26 @@ impl Worker {
 
     async fn prepare(&mut self) {
         self.prepare_at = None;
-        if self.phase != "Pending" || self.plan.is_some() {
+        if self.phase != "Pending" || self.prepared() {
             return;
         }
         match self.volumes().await {
+            Ok(mounts) if self.pulls => {
+                for (_, dir) in &mounts {
+                    if let Err(e) = std::fs::create_dir_all(dir) {
+                        return self.config_failed(format!("creating {}: {e}", dir.display()));
+                    }
+                }
+                self.mounts = Some(mounts);
+                if self.may_start() {
+                    self.start_container();
+                } else if self.node.is_held(&self.ns, &self.name) {
+                    self.waiting = (
+                        "ContainerCreating".into(),
+                        Some("held by the test (Kubelet::hold_starts)".into()),
+                    );
+                }
+            }
             Ok(mounts) => {
                 let host_ip = self.node.host_ip;
                 match launch::plan(
@@ -323,6 +376,11 @@ impl Worker {
             }
             Err(VolumeError::Unsupported(msg)) => self.config_failed(msg),
         }
+    }
+
+    /// Volumes are ready (and, but for a pulled image, the plan made).
+    fn prepared(&self) -> bool {
+        self.plan.is_some() || self.mounts.is_some()
     }
 
     fn config_failed(&mut self, msg: String) {
@@ -398,12 +456,12 @@ impl Worker {
             }
             Command::StartNode => {
                 self.node_up = true;
-                if self.phase == "Pending" && self.plan.is_some() {
+                if self.phase == "Pending" && self.prepared() {
                     self.start_container();
                 }
             }
             Command::Release => {
-                if self.phase == "Pending" && self.plan.is_some() {
+                if self.phase == "Pending" && self.prepared() {
                     self.start_container();
                 }
             }
@@ -427,6 +485,7 @@ impl Worker {
         self.deleting = true;
         self.restart_at = None;
         self.prepare_at = None;
+        self.stop_pulling();
         if self.child.is_some() {
             if self.stopping.is_none() || self.stopping == Some(Stop::Liveness) {
                 self.stop_process(Stop::Delete, self.grace());

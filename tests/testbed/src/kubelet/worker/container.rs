@@ -12,8 +12,8 @@ use serde_json::json;
 use tokio::process::Child;
 use tokio::time::Instant;
 
-use super::super::mounts;
 use super::super::probe::ProbeState;
+use super::super::{exec, launch, mounts};
 use super::{Stop, Worker, now};
 
 impl Worker {
@@ -44,8 +44,50 @@ impl Worker {
         if self.child.is_some() || self.deleting || !self.may_start() {
             return;
         }
+        if self.pulls {
+            // Every start of a pulled image goes through the pull (which
+            // under IfNotPresent/Never only looks the image up), so
+            // `Always` resolves the reference again each time.
+            if self.pulling.is_some() || self.pull_wait.is_some() {
+                return;
+            }
+            let Some(image) = self.pulled.take() else {
+                self.begin_pull();
+                return;
+            };
+            let mounts = self.mounts.clone().unwrap_or_default();
+            match launch::plan_pulled(
+                &self.pod,
+                &self.container,
+                self.ip,
+                self.node.host_ip,
+                &mounts,
+                &image,
+            ) {
+                Ok(plan) => self.plan = Some(plan),
+                Err(e @ launch::LaunchError::Exec { .. }) => {
+                    self.image_id = Some(image.image_id.clone());
+                    return self.start_failed(e.to_string());
+                }
+                Err(e) => return self.config_failed(e.to_string()),
+            }
+        }
         let Some(plan) = self.plan.clone() else {
             return;
+        };
+        let mut note = None;
+        let run_as = match &plan.run_as {
+            Some(u) if exec::can_run_as(u) => Some(u.clone()),
+            Some(u) => {
+                note = Some(format!(
+                    "cannot run as uid {} gid {} here (this kubelet is not root with those ids mapped, e.g. under unshare -r); running as uid {}",
+                    u.uid,
+                    u.gid,
+                    exec::euid()
+                ));
+                None
+            }
+            None => None,
         };
         let spawned = (|| -> std::io::Result<Child> {
             std::fs::create_dir_all(&self.dir)?;
@@ -60,33 +102,70 @@ impl Worker {
                 plan.program.display(),
                 plan.args.join(" ")
             )?;
+            if let Some(note) = &note {
+                writeln!(log, "--- steward-testbed kubelet: {note}")?;
+            }
             let err = log.try_clone()?;
             // The image is opened before the container's mounts exist and
-            // run through /proc/self/fd: a volume mounted over the
-            // directory the program lives in (an emptyDir at /tmp, with a
-            // build under /tmp) must not hide it, as a volume never hides a
-            // real container's image. O_CLOEXEC: execve resolves the path
-            // before the descriptor closes, so the program does not see it.
+            // executed through its descriptor (execveat AT_EMPTY_PATH): a
+            // volume mounted over the directory the program lives in (an
+            // emptyDir at /tmp, with a build under /tmp) must not hide it,
+            // as a volume never hides a real container's image. O_CLOEXEC
+            // does not stop the exec of an ELF file, and the program does
+            // not inherit the descriptor.
             let image = std::fs::File::open(&plan.program)?;
-            let mut cmd = tokio::process::Command::new(format!(
-                "/proc/self/fd/{}",
-                std::os::fd::AsRawFd::as_raw_fd(&image)
-            ));
-            cmd.arg0(&plan.program);
-            cmd.args(&plan.args)
-                .env_clear()
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .env(
-                    "HOSTNAME",
-                    self.pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.hostname.clone())
-                        .unwrap_or(self.name.clone()),
-                )
-                .envs(self.service_env())
-                .envs(plan.env.iter().map(|(k, v)| (k, v)))
-                .current_dir(&self.dir)
+            if let Some(dir) = plan
+                .working_dir
+                .as_ref()
+                .filter(|d| d.starts_with(&self.node.root))
+            {
+                // A WorkingDir inside the rootfs is made, as a runtime does.
+                std::fs::create_dir_all(dir)?;
+            }
+            let hostname = self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.hostname.clone())
+                .unwrap_or(self.name.clone());
+            let mut env = vec![
+                (
+                    "PATH".to_string(),
+                    "/usr/local/bin:/usr/bin:/bin".to_string(),
+                ),
+                ("HOSTNAME".to_string(), hostname),
+            ];
+            for (k, v) in self
+                .service_env()
+                .into_iter()
+                .chain(plan.env.iter().cloned())
+            {
+                launch::set_env(&mut env, k, v);
+            }
+            let argv: Vec<String> = std::iter::once(plan.arg0.clone())
+                .chain(plan.args.iter().cloned())
+                .collect();
+            // A working directory in the rootfs is entered before the
+            // volumes are mounted (one may cover the rootfs, an emptyDir
+            // at /tmp over a kubelet root under /tmp); one at a volume,
+            // after.
+            let (before_mounts, after_mounts) = match &plan.working_dir {
+                Some(d) if d.starts_with(&self.node.root) => (d.as_path(), None),
+                Some(d) => (self.dir.as_path(), Some(d.as_path())),
+                None => (self.dir.as_path(), None),
+            };
+            let exec = exec::Exec::new(
+                std::os::fd::AsRawFd::as_raw_fd(&image),
+                &argv,
+                &env,
+                after_mounts,
+                run_as.as_ref(),
+            )?;
+            // std's own exec never runs: the hook execs or fails. What
+            // std is given here matters only for its bookkeeping.
+            let mut cmd = tokio::process::Command::new(&plan.program);
+            cmd.env_clear()
+                .current_dir(before_mounts)
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log))
                 .stderr(Stdio::from(err))
@@ -95,14 +174,15 @@ impl Worker {
                 .process_group(0)
                 .kill_on_drop(true);
             let mut mounts = mounts::Private::new(&plan.binds)?;
-            // SAFETY: prctl, unshare, mount and mkdir are async-signal-safe
-            // system calls on memory prepared before the fork; nothing else
-            // runs in the child.
+            // SAFETY: prctl, unshare, mount, mkdir, chdir, the set*id calls
+            // and execveat are async-signal-safe system calls on memory
+            // prepared before the fork; nothing else runs in the child.
             unsafe {
                 cmd.pre_exec(move || {
                     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
                         .map_err(std::io::Error::from)?;
-                    mounts.enter()
+                    mounts.enter()?;
+                    Err(exec.exec())
                 });
             }
             let child = cmd.spawn();
@@ -138,29 +218,33 @@ impl Worker {
                 self.phase = "Running";
                 tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started the container");
             }
-            Err(e) => {
-                let message = format!("starting {}: {e}", plan.program.display());
-                tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
-                // Where a user looks first; the status keeps only the reason.
-                if let Ok(mut log) = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(&self.log_path)
-                {
-                    use std::io::Write;
-                    let _ = writeln!(log, "--- steward-testbed kubelet: {message}");
-                }
-                if self.restart_policy() != "Never" {
-                    self.waiting = ("RunContainerError".into(), Some(message));
-                    self.schedule_restart();
-                } else {
-                    // As the kubelet reports a container that never started.
-                    self.terminated = Some(json!({"terminated": {
-                        "exitCode": 128, "reason": "StartError", "message": message,
-                        "finishedAt": now().to_string(),
-                    }}));
-                    self.phase = "Failed";
-                }
-            }
+            Err(e) => self.start_failed(format!("starting {}: {e}", plan.program.display())),
+        }
+    }
+
+    /// The container could not be started: `RunContainerError` and a
+    /// restart with back-off, or `StartError` when nothing restarts it.
+    pub(super) fn start_failed(&mut self, message: String) {
+        tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
+        // Where a user looks first; the status keeps only the reason.
+        if let Ok(mut log) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+        {
+            use std::io::Write;
+            let _ = writeln!(log, "--- steward-testbed kubelet: {message}");
+        }
+        if self.restart_policy() != "Never" {
+            self.waiting = ("RunContainerError".into(), Some(message));
+            self.schedule_restart();
+        } else {
+            // As the kubelet reports a container that never started.
+            self.terminated = Some(json!({"terminated": {
+                "exitCode": 128, "reason": "StartError", "message": message,
+                "finishedAt": now().to_string(),
+            }}));
+            self.phase = "Failed";
         }
     }
 

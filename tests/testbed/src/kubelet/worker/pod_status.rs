@@ -55,16 +55,24 @@ impl Worker {
             let (reason, message) = &self.waiting;
             json!({"waiting": {"reason": reason, "message": message}})
         };
-        let container = json!({
-            "name": self.container.name,
-            "image": self.container.image.clone().unwrap_or_default(),
-            "imageID": format!(
+        let image_id = if self.pulls {
+            // As a kubelet: the digest the reference resolved to, once pulled.
+            self.image_id.clone().unwrap_or_default()
+        } else {
+            format!(
                 "local://{}",
                 self.plan
                     .as_ref()
-                    .map_or(self.node.releases.default().etcd.as_path(), |p| p.program.as_path())
+                    .map_or(self.node.releases.default().etcd.as_path(), |p| p
+                        .program
+                        .as_path())
                     .display()
-            ),
+            )
+        };
+        let container = json!({
+            "name": self.container.name,
+            "image": self.container.image.clone().unwrap_or_default(),
+            "imageID": image_id,
             "containerID": self.pid.map(|p| format!("local://{p}")),
             "ready": ready,
             "started": self.child.is_some(),

@@ -2,6 +2,7 @@
 //! volumes under the Pod's directory, a claim at the path of the `local`
 //! (or hostPath) PersistentVolume the PV controller bound it to.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -34,7 +35,17 @@ impl Worker {
             let mut dir = if let Some(pvc) = &volume.persistent_volume_claim {
                 self.claim_dir(&pvc.claim_name).await?
             } else if volume.empty_dir.is_some() {
-                self.dir.join("volumes").join(&volume.name)
+                // World-writable, as a kubelet makes an emptyDir, so a
+                // container running as any user can write to it.
+                let dir = self.dir.join("volumes").join(&volume.name);
+                std::fs::create_dir_all(&dir)
+                    .and_then(|()| {
+                        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                    })
+                    .map_err(|e| {
+                        VolumeError::Unsupported(format!("creating {}: {e}", dir.display()))
+                    })?;
+                dir
             } else if let Some(projected) = &volume.projected {
                 let dir = self.dir.join("volumes").join(&volume.name);
                 super::super::projected::populate(
