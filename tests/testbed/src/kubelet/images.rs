@@ -514,7 +514,7 @@ async fn pull(
             Ok((manifest, digest, list_digest)) => {
                 let resolved = list_digest.unwrap_or_else(|| digest.clone());
                 let image_id = format!("{host}/{}@{resolved}", reference.repository());
-                let pulled = fetch(store, &oci, &auth, reference, &manifest, &digest)
+                let pulled = fetch(store, &oci, reference, &manifest, &digest)
                     .await
                     .map_err(|e| PullError::pull(image, e))?;
                 let pulled = PulledImage {
@@ -579,12 +579,10 @@ async fn pull(
 async fn fetch(
     store: &ImageStore,
     oci: &oci_client::Client,
-    auth: &RegistryAuth,
     reference: &Reference,
     manifest: &OciImageManifest,
     digest: &str,
 ) -> Result<PulledImage, String> {
-    let _ = auth;
     let dir = store.image_dir(digest)?;
     if !dir.join("image.json").exists() {
         let tmp = store.dir.join("tmp");
