@@ -1,12 +1,19 @@
-//! The operator installed in-cluster, exactly as the README says: `kubectl
-//! apply -f crds/` and `kubectl apply -f deploy/`, or `helm install`. The
-//! kubelet runs the Deployment's Pods (image `etcd-steward`) as this build's
-//! binary, with a projected ServiceAccount token at the standard path, so
-//! the operator runs under deploy/'s least-privilege RBAC for real. In each,
-//! a cluster reaches Available through the installed operator, and a
-//! rollout (gated by the Pods' /readyz probes) hands leadership to a new
-//! Pod, which then reconciles; the metrics Service lists every replica and
-//! only the leader reports leading and its clusters.
+//! The operator installed in-cluster, exactly as the README says, from
+//! its release artifacts: the image is built by `scripts/build-image.sh`
+//! (`make image`) and pushed to a real registry, and the kubelet pulls it
+//! and runs its entrypoint as the image's user; the chart is pushed by
+//! `scripts/push-chart.sh` (`make chart`) and installed with `helm install
+//! oci://…`, or `deploy/` is applied with `kubectl apply -k` through an
+//! overlay that points the image at the registry. The operator runs under
+//! deploy/'s least-privilege RBAC with a projected ServiceAccount token at
+//! the standard path. In each, a cluster reaches Available through the
+//! installed operator, and a rollout to a second image (gated by the Pods'
+//! /readyz probes) hands leadership to a new Pod, which then reconciles;
+//! the metrics Service lists every replica and only the leader reports
+//! leading and its clusters.
+//!
+//! The image ships this test build's binary (`BIN=`); `make image` ships
+//! the static release build (docs/benchmarks.md).
 
 mod support;
 
@@ -118,10 +125,112 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Available through the installed operator, then a rollout: the new Pods
-/// replace the old, one of them takes the Lease and reconciles a new cluster.
-async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str) {
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The operator's images in the registry, as `make image` pushes them.
+struct Images {
+    /// `<registry>/etcd-steward`.
+    repository: String,
+    /// `<repository>@sha256:…` of the release tag.
+    first: String,
+    /// A second image (the first with one more label), tagged
+    /// `<VERSION>-next`, for a rollout; and its digest reference.
+    next_tag: String,
+    next: String,
+}
+
+fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut cmd =
+        std::process::Command::new(steward_testbed::repo::root().join("scripts").join(name));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("the script runs");
+    assert!(
+        out.status.success(),
+        "scripts/{name} {args:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn push_images(registry: &steward_testbed::registry::Registry) -> Images {
+    let repository = format!("{}/etcd-steward", registry.addr);
+    let first = run_script(
+        "build-image.sh",
+        &[&format!("{repository}:{VERSION}")],
+        &[
+            ("BIN", env!("CARGO_BIN_EXE_etcd-steward")),
+            ("INSECURE", "1"),
+        ],
+    );
+    let crane = std::env::var("ETCD_STEWARD_CRANE")
+        .expect("ETCD_STEWARD_CRANE names crane (run the tests through `make test`)");
+    let next_tag = format!("{VERSION}-next");
+    let out = std::process::Command::new(&crane)
+        .args([
+            "mutate",
+            "--insecure",
+            &first,
+            "-l",
+            "dev.steward.test=next",
+            "-t",
+            &format!("{repository}:{next_tag}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = std::process::Command::new(&crane)
+        .args(["digest", "--insecure", &format!("{repository}:{next_tag}")])
+        .output()
+        .unwrap();
+    let next = format!(
+        "{repository}@{}",
+        String::from_utf8_lossy(&digest.stdout).trim()
+    );
+    assert_ne!(next, first);
+    Images {
+        repository,
+        first,
+        next_tag,
+        next,
+    }
+}
+
+/// The image IDs the operator's live containers run, as the kubelet
+/// reports them.
+async fn operator_image_ids(env: &Env) -> BTreeSet<String> {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .flat_map(|p| {
+            p.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+        })
+        .map(|c| c.image_id.clone())
+        .collect()
+}
+
+/// Available through the installed operator, running the pulled image;
+/// then a rollout to the second image: the new Pods replace the old, one of
+/// them takes the Lease and reconciles a new cluster.
+async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str, images: &Images) {
     rollout_status(env, deployment).await;
+    assert_eq!(
+        operator_image_ids(env).await,
+        BTreeSet::from([images.first.clone()]),
+        "the operator runs the image pulled from the registry"
+    );
     env.create_cluster(name, 3).await;
     env.wait_available(name, 3).await;
     let before = operator_pods(env).await;
@@ -134,9 +243,10 @@ async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str) {
     kubectl(
         &env.plane,
         &[
-            "rollout",
-            "restart",
+            "set",
+            "image",
             &format!("deployment/{deployment}"),
+            &format!("operator={}:{}", images.repository, images.next_tag),
             "-n",
             OPERATOR_NS,
         ],
@@ -156,6 +266,11 @@ async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert_eq!(
+        operator_image_ids(env).await,
+        BTreeSet::from([images.next.clone()]),
+        "the rollout pulled and runs the second image"
+    );
     let after = format!("{name}-after");
     env.create_cluster(&after, 1).await;
     env.wait_available(&after, 1).await;
@@ -307,16 +422,44 @@ async fn http_get(ip: &str, port: u16, path: &str) -> (u16, String) {
     (code, body)
 }
 
+/// `to` relative to `from` (kustomize refuses absolute resource paths).
+fn relative(from: &std::path::Path, to: &std::path::Path) -> String {
+    let up = from.components().count() - 1;
+    let down = to.strip_prefix("/").unwrap().display().to_string();
+    format!("{}{down}", "../".repeat(up))
+}
+
 #[test]
 fn kubectl_apply_deploy_runs_the_operator_in_cluster_under_its_rbac() {
     let _g = serial();
     run(async {
-        let env = Env::start_bare().await;
+        let (env, registry) = Env::start_bare().await;
+        let images = push_images(&registry);
         let root = steward_testbed::repo::root();
-        let root = root.display();
-        kubectl(&env.plane, &["apply", "-f", &format!("{root}/crds/")]).await;
-        kubectl(&env.plane, &["apply", "-f", &format!("{root}/deploy/")]).await;
-        reconciles_and_hands_over(&env, "kubectl", "etcd-steward").await;
+        kubectl(
+            &env.plane,
+            &[
+                "apply",
+                "--server-side",
+                "-f",
+                &format!("{}/crds/", root.display()),
+            ],
+        )
+        .await;
+        // The README's overlay: deploy/, with the image in the registry.
+        let overlay = tempfile::tempdir().unwrap();
+        let overlay_dir = overlay.path().canonicalize().unwrap();
+        std::fs::write(
+            overlay_dir.join("kustomization.yaml"),
+            format!(
+                "resources: [{}]\nimages:\n  - name: etcd-steward\n    newName: {}\n",
+                relative(&overlay_dir, &root.join("deploy").canonicalize().unwrap()),
+                images.repository
+            ),
+        )
+        .unwrap();
+        kubectl(&env.plane, &["apply", "-k", overlay_dir.to_str().unwrap()]).await;
+        reconciles_and_hands_over(&env, "kubectl", "etcd-steward", &images).await;
         // RUST_LOG=info, and the container's stderr is a file: plain text.
         let lines = operator_log_lines(&env);
         assert!(!lines.is_empty(), "the operator logged at info");
@@ -326,6 +469,7 @@ fn kubectl_apply_deploy_runs_the_operator_in_cluster_under_its_rbac() {
             lines.iter().find(|l| l.contains('\x1b'))
         );
         env.shutdown().await;
+        registry.stop().await;
     });
 }
 
@@ -333,19 +477,29 @@ fn kubectl_apply_deploy_runs_the_operator_in_cluster_under_its_rbac() {
 fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
     let _g = serial();
     run(async {
-        let env = Env::start_bare().await;
-        let chart = steward_testbed::repo::root().join("deploy/helm/etcd-steward");
-        let chart = chart.to_str().expect("a UTF-8 checkout path");
-        helm(&env, &["lint", chart]).await;
+        let (env, registry) = Env::start_bare().await;
+        let images = push_images(&registry);
+        let pushed = run_script("push-chart.sh", &[&registry.addr], &[("PLAIN_HTTP", "1")]);
+        assert!(
+            pushed.contains(&format!("/charts/etcd-steward:{VERSION}@sha256:")),
+            "{pushed}"
+        );
+        let chart = format!("oci://{}/charts/etcd-steward", registry.addr);
+        // As the README says, with the test's own options after it.
         helm(
             &env,
             &[
                 "install",
                 "etcd-steward",
-                chart,
-                "--namespace",
+                &chart,
+                "--version",
+                VERSION,
+                "--plain-http",
+                "-n",
                 OPERATOR_NS,
                 "--create-namespace",
+                "--set",
+                &format!("image.repository={}", images.repository),
                 "--set",
                 "logFormat=json",
                 "--set",
@@ -356,7 +510,22 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
         )
         .await;
         // The chart names its objects <release>-<chart>.
-        reconciles_and_hands_over(&env, "helm", "etcd-steward-etcd-steward").await;
+        reconciles_and_hands_over(&env, "helm", "etcd-steward-etcd-steward", &images).await;
+        // The CRD upgrade path the README gives (Helm never upgrades the
+        // chart's crds/): server-side apply over the CRDs Helm created.
+        kubectl(
+            &env.plane,
+            &[
+                "apply",
+                "--server-side",
+                "-f",
+                &format!(
+                    "{}/crds/etcd-steward.yaml",
+                    steward_testbed::repo::root().display()
+                ),
+            ],
+        )
+        .await;
         // The dashboard's ConfigMap, labelled for Grafana's sidecar.
         let dashboard = kubectl(
             &env.plane,
@@ -387,6 +556,7 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
             );
         }
         env.shutdown().await;
+        registry.stop().await;
     });
 }
 

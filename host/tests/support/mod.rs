@@ -117,25 +117,28 @@ impl Env {
         self.plane.dir()
     }
 
-    /// The control plane alone, with nothing installed and no operator; the
-    /// kubelet runs the image `etcd-steward` as this build's binary, so
-    /// `deploy/` and the Helm chart can run the operator in-cluster.
-    pub async fn start_bare() -> Env {
+    /// The control plane alone, with nothing installed and no operator,
+    /// and a registry (the real CNCF distribution registry, plain HTTP on
+    /// loopback) the kubelet pulls images from, as a node pulls from a
+    /// registry: `deploy/` and the Helm chart run the operator's image
+    /// pushed there.
+    pub async fn start_bare() -> (Env, steward_testbed::registry::Registry) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
         let dir = tempfile::tempdir().expect("a temp dir");
-        let plane = ControlPlane::start_with(dir.path(), |k| {
-            k.images.push(steward_testbed::kubelet::launch::LocalImage {
-                repository: "etcd-steward".into(),
-                program: env!("CARGO_BIN_EXE_etcd-steward").into(),
-            })
-        })
-        .await
-        .expect("the test control plane starts (run the tests through `make test`)");
+        let bins = steward_testbed::kube_bin::locate()
+            .expect("the Kubernetes binaries (run the tests through `make test`)");
+        let registry = steward_testbed::registry::Registry::start(&bins)
+            .await
+            .expect("the registry starts");
+        let access = steward_testbed::kubelet::images::RegistryAccess::of(&registry);
+        let plane = ControlPlane::start_with(dir.path(), |k| k.registries.push(access))
+            .await
+            .expect("the test control plane starts (run the tests through `make test`)");
         let client = plane.client();
-        Env {
+        let env = Env {
             operator_client: client.clone(),
             consumers: consumers(&plane),
             plane,
@@ -144,7 +147,8 @@ impl Env {
             operator: None,
             metrics: None,
             _dir: dir,
-        }
+        };
+        (env, registry)
     }
 
     /// Starts the operator (again). Faults injected in `self.faults` apply.
