@@ -20,9 +20,16 @@ registry=${1:?usage: push-chart.sh REGISTRY}
 helm=${HELM:-$("$repo/scripts/ensure-kube.sh")/helm}
 chart="$repo/deploy/helm/etcd-steward"
 version=$(sed -n 's/^version: *//p' "$chart/Chart.yaml" | head -n1)
+# CHART_VERSION=V packages this tree as version and appVersion V instead
+# (the upgrade test's stand-in for a previous release).
+package_flags=()
+if [ -n "${CHART_VERSION:-}" ]; then
+  version=$CHART_VERSION
+  package_flags=(--version "$version" --app-version "$version")
+fi
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 "$helm" lint "$chart" >&2
-"$helm" package "$chart" --destination "$work" >&2
+"$helm" package "$chart" "${package_flags[@]}" --destination "$work" >&2
 flags=()
 [ "${PLAIN_HTTP:-}" = 1 ] && flags+=(--plain-http)
 "$helm" push "$work/etcd-steward-$version.tgz" "oci://$registry/charts" "${flags[@]}" >"$work/push.log" 2>&1 \

@@ -14,7 +14,12 @@
 //!   for the renew deadline, which is shorter than the lease duration: it
 //!   stops acting before anyone else may start;
 //! - on a graceful shutdown the leader releases the Lease, so a successor
-//!   need not wait out the duration.
+//!   need not wait out the duration;
+//! - in a Pod, the leader gives its own Pod a high
+//!   `controller.kubernetes.io/pod-deletion-cost`, so a rollout's
+//!   ReplicaSet scale-down removes the standbys first and the leader last:
+//!   leadership moves once per rollout, to a new Pod, rather than to an
+//!   old standby first (best effort: a failed patch is logged).
 
 use std::future::Future;
 use std::time::Duration;
@@ -40,7 +45,14 @@ pub struct LeaseConfig {
     pub renew_deadline: Duration,
     /// How often the leader renews and a candidate retries.
     pub retry_period: Duration,
+    /// This replica's own Pod (namespace, name), when it runs in one
+    /// (`POD_NAMESPACE`, `POD_NAME`): marked with [`LEADER_DELETION_COST`].
+    pub pod: Option<(String, String)>,
 }
+
+/// The `controller.kubernetes.io/pod-deletion-cost` the leader's Pod gets;
+/// a standby's is unset (0), so the ReplicaSet deletes standbys first.
+pub const LEADER_DELETION_COST: &str = "1000";
 
 impl LeaseConfig {
     /// client-go's defaults: 15 s lease, 10 s renew deadline, 2 s retries.
@@ -52,6 +64,7 @@ impl LeaseConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            pod: None,
         }
     }
 }
@@ -65,6 +78,7 @@ pub enum LeaderError {
 /// One candidate for the Lease.
 pub struct Candidate {
     api: Api<Lease>,
+    client: kube::Client,
     config: LeaseConfig,
     /// The last Lease record seen and when (by our clock) it last changed.
     observed: Option<(Record, Instant)>,
@@ -92,10 +106,30 @@ impl Record {
 impl Candidate {
     pub fn new(client: kube::Client, config: LeaseConfig) -> Self {
         Self {
-            api: Api::namespaced(client, &config.namespace),
+            api: Api::namespaced(client.clone(), &config.namespace),
+            client,
             config,
             observed: None,
         }
+    }
+
+    /// Marks this replica's Pod as the last to delete in a scale-down.
+    pub async fn mark_pod_leading(&self) -> Result<(), kube::Error> {
+        let Some((namespace, name)) = &self.config.pod else {
+            return Ok(());
+        };
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            "controller.kubernetes.io/pod-deletion-cost": LEADER_DELETION_COST
+        }}});
+        pods.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
     }
 
     pub fn identity(&self) -> &str {
@@ -261,6 +295,9 @@ where
     }
     tracing::info!(identity = candidate.identity(), "leading");
     metrics.set_leading(true);
+    if let Err(err) = candidate.mark_pod_leading().await {
+        tracing::warn!(error = %err, "marking this Pod to be deleted last failed");
+    }
     let outcome = tokio::select! {
         done = work => done,
         lost = candidate.keep_renewing() => {

@@ -560,6 +560,232 @@ fn helm_install_runs_the_operator_in_cluster_under_its_rbac() {
     });
 }
 
+/// The operator's own upgrade, as a platform team runs it: `helm upgrade`
+/// from the previous chart to this one while a client writes to a cluster.
+/// There is no earlier release, so this tree's chart and image stand in for
+/// it, packaged and tagged as 0.0.1 (the image with one more label, so
+/// another digest). Leadership moves once, from the old leader to a new
+/// Pod (the leader's Pod carries the highest pod-deletion-cost, so the
+/// ReplicaSet removes the old standby first); the cluster, healthy
+/// throughout, never shows anything but Available=True; every write that
+/// was acknowledged is there afterwards, and membership is unchanged.
+#[test]
+fn helm_upgrade_from_the_previous_chart_moves_leadership_once_and_loses_nothing() {
+    const PREVIOUS: &str = "0.0.1";
+    let _g = serial();
+    run(async {
+        let (env, registry) = Env::start_bare().await;
+        let images = push_images(&registry);
+        let crane = std::env::var("ETCD_STEWARD_CRANE").unwrap();
+        let out = std::process::Command::new(&crane)
+            .args([
+                "mutate",
+                "--insecure",
+                &images.first,
+                "-l",
+                "dev.steward.test=previous",
+                "-t",
+                &format!("{}:{PREVIOUS}", images.repository),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        run_script(
+            "push-chart.sh",
+            &[&registry.addr],
+            &[("PLAIN_HTTP", "1"), ("CHART_VERSION", PREVIOUS)],
+        );
+        run_script("push-chart.sh", &[&registry.addr], &[("PLAIN_HTTP", "1")]);
+        let chart = format!("oci://{}/charts/etcd-steward", registry.addr);
+        let image = format!("image.repository={}", images.repository);
+        let deployment = "etcd-steward-etcd-steward";
+        helm(
+            &env,
+            &[
+                "install",
+                "etcd-steward",
+                &chart,
+                "--version",
+                PREVIOUS,
+                "--plain-http",
+                "-n",
+                OPERATOR_NS,
+                "--create-namespace",
+                "--set",
+                &image,
+                "--wait",
+                "--timeout=300s",
+            ],
+        )
+        .await;
+        rollout_status(&env, deployment).await;
+        env.create_cluster("upgrade", 3).await;
+        env.wait_available("upgrade", 3).await;
+        let before = operator_pods(&env).await;
+        let first_leader = leader_pod(&env).await.expect("a replica leads");
+        let leader: Pod = Api::namespaced(env.client.clone(), OPERATOR_NS)
+            .get(&first_leader)
+            .await
+            .unwrap();
+        assert_eq!(
+            leader
+                .annotations()
+                .get("controller.kubernetes.io/pod-deletion-cost")
+                .map(String::as_str),
+            Some("1000"),
+            "the leader marks its Pod to be deleted last"
+        );
+
+        // Statuses, Lease holders and writes, recorded through the upgrade.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let statuses = tokio::spawn(env.watch("upgrade").await.record(stopped(stop_rx.clone())));
+        let leases = {
+            let client = env.client.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move {
+                let api = Api::<Lease>::namespaced(client, OPERATOR_NS);
+                let mut holders: Vec<String> = Vec::new();
+                while !*stop.borrow() {
+                    if let Ok(Some(l)) = api.get_opt("etcd-steward").await
+                        && let Some(h) = l
+                            .spec
+                            .and_then(|s| s.holder_identity)
+                            .filter(|h| !h.is_empty())
+                        && holders.last() != Some(&h)
+                    {
+                        holders.push(h);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                holders
+            })
+        };
+        let endpoints: Vec<String> = env
+            .endpoints("upgrade")
+            .await
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        let writer = {
+            let stop = stop_rx.clone();
+            let endpoints = endpoints.clone();
+            tokio::spawn(async move {
+                let mut client = etcd_client::Client::connect(&endpoints, None)
+                    .await
+                    .unwrap();
+                let mut acked = Vec::new();
+                let mut i = 0u32;
+                while !*stop.borrow() {
+                    if client
+                        .put(format!("/upgrade/{i}"), format!("v{i}"), None)
+                        .await
+                        .is_ok()
+                    {
+                        acked.push(i);
+                    }
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                acked
+            })
+        };
+
+        helm(
+            &env,
+            &[
+                "upgrade",
+                "etcd-steward",
+                &chart,
+                "--version",
+                VERSION,
+                "--plain-http",
+                "-n",
+                OPERATOR_NS,
+                "--set",
+                &image,
+                "--wait",
+                "--timeout=300s",
+            ],
+        )
+        .await;
+        rollout_status(&env, deployment).await;
+        let start = Instant::now();
+        let new_leader = loop {
+            let now = operator_pods(&env).await;
+            if let Some(l) = leader_pod(&env)
+                .await
+                .filter(|l| now.contains(l) && !before.contains(l))
+            {
+                break l;
+            }
+            assert!(start.elapsed() < EVENTUALLY, "no new Pod leads: {now:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(
+            operator_image_ids(&env).await,
+            BTreeSet::from([images.first.clone()]),
+            "the new release's image runs"
+        );
+        // The new leader reconciles: a status written after it took over.
+        env.wait_available("upgrade", 3).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop_tx.send(true).unwrap();
+        let statuses = statuses.await.unwrap();
+        let holders = leases.await.unwrap();
+        let acked = writer.await.unwrap();
+
+        let pods_of: Vec<&str> = holders
+            .iter()
+            .map(|h| h.rsplit_once('_').map_or(h.as_str(), |(p, _)| p))
+            .collect();
+        assert_eq!(
+            pods_of,
+            [first_leader.as_str(), new_leader.as_str()],
+            "leadership moved once, from the old leader to a new Pod"
+        );
+        assert!(!statuses.is_empty());
+        for c in &statuses {
+            assert_eq!(
+                condition(c, "Available"),
+                Some("True"),
+                "a healthy cluster showed {:?}",
+                c.status
+            );
+        }
+        assert!(
+            acked.len() > 20,
+            "the writer kept writing: {} acks",
+            acked.len()
+        );
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .unwrap();
+        for i in &acked {
+            let got = client.get(format!("/upgrade/{i}"), None).await.unwrap();
+            assert_eq!(
+                got.kvs().first().map(|kv| kv.value().to_vec()),
+                Some(format!("v{i}").into_bytes()),
+                "acknowledged write {i} is there"
+            );
+        }
+        let list = env.etcdctl(&endpoints.join(","), &["member", "list"]).await;
+        assert_eq!(
+            list.lines().filter(|l| l.contains("started")).count(),
+            3,
+            "{list}"
+        );
+        env.shutdown().await;
+        registry.stop().await;
+    });
+}
+
 /// One in-cluster install at a time: each runs two operators and etcd.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

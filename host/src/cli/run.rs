@@ -162,7 +162,12 @@ impl Operator {
             // keeps their identities apart anyway.
             let pod = std::env::var("POD_NAME").unwrap_or_else(|_| "etcd-steward".into());
             let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-            LeaseConfig::new(&args.leader_election_namespace, &format!("{pod}_{suffix}"))
+            let mut config =
+                LeaseConfig::new(&args.leader_election_namespace, &format!("{pod}_{suffix}"));
+            config.pod = std::env::var("POD_NAMESPACE")
+                .ok()
+                .zip(std::env::var("POD_NAME").ok());
+            config
         });
         Self {
             args,

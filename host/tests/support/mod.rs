@@ -510,6 +510,23 @@ pub struct ClusterWatch {
 }
 
 impl ClusterWatch {
+    /// Every version of the cluster seen until `stop` resolves.
+    pub async fn record(mut self, stop: impl Future<Output = ()>) -> Vec<EtcdCluster> {
+        use futures::StreamExt;
+        let mut seen = Vec::new();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return seen,
+                item = self.stream.next() => match item {
+                    Some(Ok(c)) => seen.push(c),
+                    Some(Err(_)) => {}
+                    None => return seen,
+                },
+            }
+        }
+    }
+
     pub async fn until(mut self, what: &str, pred: impl Fn(&EtcdCluster) -> bool) -> EtcdCluster {
         use futures::StreamExt;
         let mut last = None;
