@@ -155,6 +155,30 @@ fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// Pushes `image` with the label `dev.steward.test=<label>` (so another
+/// digest) as `reference`; the new image's `<repository>@sha256:…`.
+fn relabel(image: &str, label: &str, reference: &str) -> String {
+    let crane = std::env::var("ETCD_STEWARD_CRANE")
+        .expect("ETCD_STEWARD_CRANE names crane (run the tests through `make test`)");
+    let crane = |args: &[&str]| {
+        let out = std::process::Command::new(&crane)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "crane {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let label = format!("dev.steward.test={label}");
+    crane(&["mutate", "--insecure", image, "-l", &label, "-t", reference]);
+    let digest = crane(&["digest", "--insecure", reference]);
+    let repository = reference.rsplit_once(':').unwrap().0;
+    format!("{repository}@{digest}")
+}
+
 fn push_images(registry: &steward_testbed::registry::Registry) -> Images {
     let repository = format!("{}/etcd-steward", registry.addr);
     let first = run_script(
@@ -165,34 +189,8 @@ fn push_images(registry: &steward_testbed::registry::Registry) -> Images {
             ("INSECURE", "1"),
         ],
     );
-    let crane = std::env::var("ETCD_STEWARD_CRANE")
-        .expect("ETCD_STEWARD_CRANE names crane (run the tests through `make test`)");
     let next_tag = format!("{VERSION}-next");
-    let out = std::process::Command::new(&crane)
-        .args([
-            "mutate",
-            "--insecure",
-            &first,
-            "-l",
-            "dev.steward.test=next",
-            "-t",
-            &format!("{repository}:{next_tag}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let digest = std::process::Command::new(&crane)
-        .args(["digest", "--insecure", &format!("{repository}:{next_tag}")])
-        .output()
-        .unwrap();
-    let next = format!(
-        "{repository}@{}",
-        String::from_utf8_lossy(&digest.stdout).trim()
-    );
+    let next = relabel(&first, "next", &format!("{repository}:{next_tag}"));
     assert_ne!(next, first);
     Images {
         repository,
@@ -576,23 +574,10 @@ fn helm_upgrade_from_the_previous_chart_moves_leadership_once_and_loses_nothing(
     run(async {
         let (env, registry) = Env::start_bare().await;
         let images = push_images(&registry);
-        let crane = std::env::var("ETCD_STEWARD_CRANE").unwrap();
-        let out = std::process::Command::new(&crane)
-            .args([
-                "mutate",
-                "--insecure",
-                &images.first,
-                "-l",
-                "dev.steward.test=previous",
-                "-t",
-                &format!("{}:{PREVIOUS}", images.repository),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        relabel(
+            &images.first,
+            "previous",
+            &format!("{}:{PREVIOUS}", images.repository),
         );
         run_script(
             "push-chart.sh",
