@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the operator's OCI image from this tree alone and pushes it; no
-# base image is pulled (there is none: the image is one layer on an empty
-# base, assembled with crane from go-containerregistry).
+# Builds the operator's OCI image from this tree and the build machine's
+# CA bundle, and pushes it; no base image is pulled (there is none: the
+# image is one layer on an empty base, assembled with crane from
+# go-containerregistry).
 #
 #   scripts/build-image.sh REGISTRY/REPOSITORY:TAG     # `make image REGISTRY=...`
 #
@@ -10,16 +11,18 @@
 # The layer holds:
 #   /usr/local/bin/etcd-steward   the release binary, statically linked (musl),
 #                                 without the sandbox feature
-#   /etc/ssl/certs/ca-certificates.crt   from Debian's ca-certificates package
+#   /etc/ssl/certs/ca-certificates.crt   the build machine's, from Debian's ca-certificates
+#                                 package (its version is a label)
 #   /etc/passwd, /etc/group       root and nonroot (65532), the image's user
 #   /tmp (1777), /home/nonroot
 # The config: entrypoint the binary, cmd `run`, user 65532:65532, and the
 # OCI labels source, revision (the commit), version, licenses.
 #
 # Reproducible: the layer's tar has sorted entries, zero mtimes and fixed
-# owners, and crane's gzip and config carry no time; two builds of one
-# commit with the same binary give one digest (host/tests/image.rs checks
-# it).
+# owners, and crane's gzip and config carry no time; two builds with the
+# same binary and CA bundle give one digest (host/tests/image.rs checks it
+# on one machine). Across machines, the release binary must come out the
+# same from cargo, and the CA package must be the same version.
 #
 # BIN=path ships that binary instead of building the release one (the tests
 # ship their own build). INSECURE=1 talks plain HTTP to the registry.
@@ -28,8 +31,10 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 say() { echo "build-image: $*" >&2; }
 ref=${1:?usage: build-image.sh REGISTRY/REPOSITORY:TAG}
-case "$ref" in *:*) ;; *) say "$ref has no tag"; exit 2 ;; esac
+# The tag is after the last path component's colon (a registry's port is not one).
+case "${ref##*/}" in *:*) ;; *) say "$ref has no tag"; exit 2 ;; esac
 tag=${ref##*:}
+repository=${ref%:"$tag"}
 
 # The workspace's version and repository (Cargo.toml), as the binary has them.
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n1)
@@ -87,10 +92,10 @@ PY
 flags=()
 [ "${INSECURE:-}" = 1 ] && flags+=(--insecure)
 say "pushing $ref"
-# crane logs every blob to stderr: kept, and shown only if it fails.
+# crane logs every blob to stderr: kept per command, shown only if it fails.
 log="$work/crane.log"
 crane() {
-  "$crane" "$@" 2>>"$log" && return
+  "$crane" "$@" 2>"$log" && return
   cat "$log" >&2
   if grep -q "401 Unauthorized\|UNAUTHORIZED" "$log"; then
     say "crane $1 failed: the registry refused the credentials (or none were given); log in with \`crane auth login ${ref%%/*}\`"
@@ -116,4 +121,4 @@ digest=$(crane digest "${flags[@]}" "$ref")
 size=$(crane manifest "${flags[@]}" "$ref" | python3 -c 'import json,sys; m=json.load(sys.stdin); print(sum(l["size"] for l in m["layers"]) + m["config"]["size"])')
 [ "$tag" = "$version" ] || say "note: tag $tag is not the release's version $version"
 say "$ref is $digest, $size bytes compressed (binary $(stat -c %s "$bin") bytes)"
-echo "${ref%:*}@$digest"
+echo "$repository@$digest"

@@ -36,4 +36,5 @@ flags=()
   || { cat "$work/push.log" >&2; say "helm push to oci://$registry/charts failed"; exit 1; }
 cat "$work/push.log" >&2
 digest=$(sed -n 's/^Digest: *//p' "$work/push.log" | head -n1)
+[ -n "$digest" ] || { say "helm push printed no digest"; exit 1; }
 echo "oci://$registry/charts/etcd-steward:$version@$digest"

@@ -19,7 +19,9 @@
 //!   `controller.kubernetes.io/pod-deletion-cost`, so a rollout's
 //!   ReplicaSet scale-down removes the standbys first and the leader last:
 //!   leadership moves once per rollout, to a new Pod, rather than to an
-//!   old standby first (best effort: a failed patch is logged).
+//!   old standby first. A replica clears the mark before it campaigns.
+//!   Best effort, bounded by the retry period: renewing never waits for
+//!   the mark, and a failed patch is logged.
 
 use std::future::Future;
 use std::time::Duration;
@@ -113,23 +115,38 @@ impl Candidate {
         }
     }
 
-    /// Marks this replica's Pod as the last to delete in a scale-down.
-    pub async fn mark_pod_leading(&self) -> Result<(), kube::Error> {
-        let Some((namespace, name)) = &self.config.pod else {
-            return Ok(());
-        };
+    /// Sets this replica's Pod as the last to delete in a scale-down
+    /// (`leading`), or clears that mark (a replica starts as a standby: a
+    /// container restarted in the leader's old Pod must not keep it).
+    /// Bounded by the retry period; a failure is only logged. None outside
+    /// a Pod.
+    pub fn pod_cost(&self, leading: bool) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let (namespace, name) = self.config.pod.clone()?;
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(self.client.clone(), namespace);
+            Api::namespaced(self.client.clone(), &namespace);
+        let cost = leading.then_some(LEADER_DELETION_COST);
         let patch = serde_json::json!({"metadata": {"annotations": {
-            "controller.kubernetes.io/pod-deletion-cost": LEADER_DELETION_COST
+            "controller.kubernetes.io/pod-deletion-cost": cost
         }}});
-        pods.patch(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .map(drop)
+        let deadline = self.config.retry_period;
+        Some(async move {
+            let patched = tokio::time::timeout(
+                deadline,
+                pods.patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                ),
+            )
+            .await;
+            match patched {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, leading, "setting this Pod's deletion cost failed")
+                }
+                Err(_) => tracing::warn!(leading, "setting this Pod's deletion cost timed out"),
+            }
+        })
     }
 
     pub fn identity(&self) -> &str {
@@ -289,14 +306,19 @@ where
 {
     tokio::pin!(shutdown);
     tracing::info!(identity = candidate.identity(), "waiting to lead");
+    // Cleared before campaigning, so it cannot land after a win's mark.
+    if let Some(clear) = candidate.pod_cost(false) {
+        clear.await;
+    }
     tokio::select! {
         () = candidate.acquire(readiness) => {}
         () = &mut shutdown => return Ok(()),
     }
     tracing::info!(identity = candidate.identity(), "leading");
     metrics.set_leading(true);
-    if let Err(err) = candidate.mark_pod_leading().await {
-        tracing::warn!(error = %err, "marking this Pod to be deleted last failed");
+    // In the background: renewing the Lease never waits for it.
+    if let Some(mark) = candidate.pod_cost(true) {
+        tokio::spawn(mark);
     }
     let outcome = tokio::select! {
         done = work => done,

@@ -612,6 +612,14 @@ fn helm_upgrade_from_the_previous_chart_moves_leadership_once_and_loses_nothing(
         env.wait_available("upgrade", 3).await;
         let before = operator_pods(&env).await;
         let first_leader = leader_pod(&env).await.expect("a replica leads");
+        let lease_api = Api::<Lease>::namespaced(env.client.clone(), OPERATOR_NS);
+        let transitions = |l: &Lease| {
+            l.spec
+                .as_ref()
+                .and_then(|s| s.lease_transitions)
+                .unwrap_or(0)
+        };
+        let transitions_before = transitions(&lease_api.get("etcd-steward").await.unwrap());
         let leader: Pod = Api::namespaced(env.client.clone(), OPERATOR_NS)
             .get(&first_leader)
             .await
@@ -718,8 +726,22 @@ fn helm_upgrade_from_the_previous_chart_moves_leadership_once_and_loses_nothing(
             BTreeSet::from([images.first.clone()]),
             "the new release's image runs"
         );
-        // The new leader reconciles: a status written after it took over.
-        env.wait_available("upgrade", 3).await;
+        // The new leader reconciles: a status verified after it took over.
+        let lease = lease_api.get("etcd-steward").await.unwrap();
+        let acquired = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.acquire_time.clone())
+            .expect("the Lease's acquireTime")
+            .0;
+        env.wait_for("upgrade", "a status verified by the new leader", |c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.last_verified_time.as_ref())
+                .is_some_and(|t| t.0 > acquired)
+                && condition(c, "Available") == Some("True")
+        })
+        .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         stop_tx.send(true).unwrap();
         let statuses = statuses.await.unwrap();
@@ -734,6 +756,12 @@ fn helm_upgrade_from_the_previous_chart_moves_leadership_once_and_loses_nothing(
             pods_of,
             [first_leader.as_str(), new_leader.as_str()],
             "leadership moved once, from the old leader to a new Pod"
+        );
+        // The Lease counts every change of holder, polled or not.
+        assert_eq!(
+            transitions(&lease) - transitions_before,
+            1,
+            "the Lease changed holders once"
         );
         assert!(!statuses.is_empty());
         for c in &statuses {

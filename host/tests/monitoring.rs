@@ -247,5 +247,8 @@ fn the_charts_alerts_pass_promtool_check_rules_and_each_has_a_runbook() {
         assert_eq!(&service["metadata"]["labels"][k], v, "label {k}");
     }
     assert_eq!(monitor[0]["spec"]["endpoints"][0]["port"], "metrics");
+    // The series' own `namespace` (the EtcdCluster's) must win over the
+    // target's, or every `by (namespace, name)` would group wrongly.
+    assert_eq!(monitor[0]["spec"]["endpoints"][0]["honorLabels"], true);
     assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
 }

@@ -410,14 +410,16 @@ async fn defragment(
     let quota = e.observed.plan_facts(e.verified, &ctx.config).quota_bytes;
     let mut cleared = Vec::new();
     if clear_no_space {
-        // The alarm is the cluster's: clear it only when no member's
-        // database is still over the quota, this one as it is now.
+        // The alarm is the cluster's: clear it only when every member's
+        // database is under the quota with room to spare, this one as it
+        // is now.
+        use super::maintenance::under_quota;
         let over = e
             .observed
             .answered()
             .iter()
-            .any(|(n, s)| *n != name && s.db_size >= quota)
-            || after.db_size >= quota;
+            .any(|(n, s)| *n != name && !under_quota(s.db_size, quota))
+            || !under_quota(after.db_size, quota);
         if !over {
             cleared = disarm_no_space(written, ctx, &endpoint).await?;
         }

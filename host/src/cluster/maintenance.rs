@@ -12,13 +12,14 @@
 //!   its database file, and once per scheduled time (or per
 //!   [`COOLDOWN_MS`] without a schedule), unless it has a NOSPACE alarm;
 //! - while the cluster has a NOSPACE alarm (it refuses every write), the
-//!   schedule's window is not waited for, and a member at or over the
-//!   quota qualifies whatever free space it reports, once per cooldown:
-//!   etcd counts pages freed by a compaction as in use until the next
-//!   write, and under the alarm there is none;
-//! - with `clearNoSpaceAlarm`, once every member answers under the quota,
-//!   the alarms are disarmed ([`Step::DisarmNoSpace`]) even when no
-//!   defragmentation is left to do it;
+//!   schedule's window is not waited for, and a member within 5 % of the
+//!   quota ([`under_quota`]) qualifies whatever free space it reports,
+//!   once per cooldown, until a defragmentation of it reclaims less than
+//!   [`MIN_RECLAIM_BYTES`]: etcd counts pages freed by a compaction as in
+//!   use until the next write, and under the alarm there is none;
+//! - with `clearNoSpaceAlarm`, once every member answers with 5 % of the
+//!   quota to spare, the alarms are disarmed ([`Step::DisarmNoSpace`])
+//!   even when no defragmentation is left to do it;
 //! - a schedule that does not parse is a [`Step::Refuse`] naming it.
 
 use std::str::FromStr;
@@ -80,12 +81,26 @@ pub fn window_start(schedule: &str, now_ms: i64) -> Result<Option<i64>, String> 
     Ok((now_ms - at <= WINDOW_MS).then_some(at))
 }
 
-/// Why a member over the quota qualifies while the cluster is alarmed.
+/// Whether a database of `size` bytes is far enough under `quota` for the
+/// NOSPACE alarm to be disarmed: 5 % of the quota (at least
+/// [`MIN_RECLAIM_BYTES`]) to spare, so that the next writes do not raise
+/// it again at once and disarming does not flap.
+pub fn under_quota(size: u64, quota: u64) -> bool {
+    size.saturating_add((quota / 20).max(MIN_RECLAIM_BYTES)) <= quota
+}
+
+/// Why a member over the quota qualifies while the cluster is alarmed;
+/// None once a defragmentation of it reclaimed nothing worth it (its data
+/// itself fills the quota: compacting or a larger quota can help, another
+/// defragmentation cannot).
 fn over_quota(m: &MemberFacts, quota: u64) -> Option<String> {
-    let size = m.db_size.filter(|s| *s >= quota)?;
+    let size = m.db_size.filter(|s| !under_quota(*s, quota))?;
+    if m.last_reclaimed.is_some_and(|r| r < MIN_RECLAIM_BYTES) {
+        return None;
+    }
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     Some(format!(
-        "the cluster has a NOSPACE alarm and this database is over the quota: {:.1} MiB, quota {:.1} MiB",
+        "the cluster has a NOSPACE alarm and this database is at the quota: {:.1} MiB, quota {:.1} MiB",
         mib(size),
         mib(quota)
     ))
@@ -138,7 +153,7 @@ pub fn next(live: &[&MemberFacts], listed: &[EtcdListed], f: &Facts) -> Option<S
     if candidates.is_empty() {
         let under = live
             .iter()
-            .all(|m| m.db_size.is_some_and(|s| s < f.quota_bytes));
+            .all(|m| m.db_size.is_some_and(|s| under_quota(s, f.quota_bytes)));
         return (alarmed && spec.clear_no_space_alarm && silent.is_none() && under).then(|| {
             Step::DisarmNoSpace {
                 members: live
@@ -221,6 +236,7 @@ mod tests {
                     db_in_use: Some(*used),
                     no_space: false,
                     last_defrag_ms: None,
+                    last_reclaimed: None,
                 })
                 .collect(),
             etcd_members: Some(
@@ -354,10 +370,26 @@ mod tests {
         };
         assert_eq!(defrag_of(&plan(&f)), Some("b"));
         f.members[1].last_defrag_ms = Some(f.now_ms - 1000);
+        f.members[1].last_reclaimed = Some(0);
         assert_eq!(
             plan(&f),
             Step::Idle,
             "b stays over the quota: not again within the cooldown"
+        );
+        f.now_ms += COOLDOWN_MS;
+        assert_eq!(
+            plan(&f),
+            Step::Idle,
+            "nor after it: its defragmentation reclaimed nothing"
+        );
+        f.members[1].last_reclaimed = Some(2 * MIB);
+        assert_eq!(defrag_of(&plan(&f)), Some("b"), "it had reclaimed some");
+        f.members[1].last_defrag_ms = Some(f.now_ms - 1000);
+        f.members[1].db_size = Some(16 * MIB - MIB / 2);
+        assert_eq!(
+            plan(&f),
+            Step::Idle,
+            "within 5 % of the quota: not disarmed"
         );
         f.members[1].db_size = Some(MIB);
         assert_eq!(

@@ -136,6 +136,9 @@ impl Observed {
                         .get(m.name().as_str())
                         .is_some_and(|s| s.alarms.contains(&sdk::AlarmKind::Nospace)),
                     last_defrag_ms: self.last_defrag(&m.name()).map(|d| ms(&d.time)),
+                    last_reclaimed: self
+                        .last_defrag(&m.name())
+                        .map(|d| d.reclaimed_bytes.max(0) as u64),
                 })
                 .collect(),
             etcd_members: self.listed_members().map(<[_]>::to_vec),

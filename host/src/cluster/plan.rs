@@ -36,6 +36,8 @@ pub struct MemberFacts {
     pub no_space: bool,
     /// When the operator last defragmented it (the status remembers).
     pub last_defrag_ms: Option<i64>,
+    /// What that defragmentation reclaimed, in bytes.
+    pub last_reclaimed: Option<u64>,
 }
 
 /// Everything the planner needs, gathered by the observe stage.
@@ -472,6 +474,7 @@ mod tests {
             db_in_use: None,
             no_space: false,
             last_defrag_ms: None,
+            last_reclaimed: None,
         }
     }
 

@@ -377,6 +377,7 @@ mod tests {
                     db_in_use: None,
                     no_space: false,
                     last_defrag_ms: None,
+                    last_reclaimed: None,
                 })
                 .collect(),
             etcd_members: Some(

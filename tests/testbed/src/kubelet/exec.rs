@@ -3,10 +3,11 @@
 //! of the program the kubelet opened before the fork.
 //!
 //! Executing the open file rather than a path keeps the program reachable
-//! when a volume is mounted over its directory, and (on Linux 6.x, which
-//! names a process after the file's own name for AT_EMPTY_PATH) the
-//! process shows its program's name in `ps` and `/proc/PID/comm`, where an
-//! exec of `/proc/self/fd/N` showed `N`.
+//! when a volume is mounted over its directory, and (on recent kernels,
+//! 6.18 here, which name a process after the file's own name for
+//! AT_EMPTY_PATH; older ones show the descriptor number) the process shows
+//! its program's name in `ps` and `/proc/PID/comm`, where an exec of
+//! `/proc/self/fd/N` showed `N`.
 //!
 //! Everything is prepared before the fork: the child only makes system
 //! calls on memory that already exists.

@@ -751,6 +751,9 @@ pub(crate) fn unpack_layer(
             for child in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
                 remove(&child.map_err(|e| e.to_string())?.path())?;
             }
+        } else if target.is_empty() || target == "." || target == ".." {
+            // `.wh..` would remove the directory itself, `.wh...` its parent.
+            return Err(format!("whiteout {} names no entry", path.display()));
         } else {
             remove(&dir.join(target))?;
         }
@@ -1052,6 +1055,13 @@ mod tests {
         assert!(unpack_layer(&rootfs, &through, GZ, false).is_err());
         let whiteout = layer(t.path(), "wh", &[("d/l/.wh.victim", "", Regular)]);
         assert!(unpack_layer(&rootfs, &whiteout, GZ, false).is_err());
+        std::fs::create_dir_all(rootfs.join("d")).unwrap();
+        for dots in ["d/.wh..", "d/.wh...", ".wh..."] {
+            let w = layer(t.path(), "dots", &[(dots, "", Regular)]);
+            let err = unpack_layer(&rootfs, &w, GZ, false).unwrap_err();
+            assert!(err.contains("names no entry"), "{dots}: {err}");
+        }
+        assert!(rootfs.join("d").is_dir(), "`d/.wh..` did not remove d");
         assert_eq!(
             std::fs::read_to_string(outside.join("victim")).unwrap(),
             "safe"

@@ -403,6 +403,20 @@ pub(crate) fn set_env(env: &mut Vec<(String, String)>, key: String, value: Strin
 /// Where the in-container path `path` is for the process: at a volume's
 /// mountPath (bind-mounted there in its mount namespace), else in the rootfs.
 fn in_container(path: &str, mounts: &[(String, PathBuf)], rootfs: &Path) -> PathBuf {
+    // `..` is resolved first, lexically, as inside the container: a
+    // `/data/../etc` must not pass for a path under the volume at /data.
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let normal = format!("/{}", parts.join("/"));
+    let path = normal.as_str();
     let under_volume = mounts.iter().any(|(mount, _)| {
         let mount = mount.trim_end_matches('/');
         path.strip_prefix(mount)
@@ -1162,6 +1176,12 @@ mod tests {
         assert_eq!(p.working_dir, Some(PathBuf::from("/data/sub")));
         let p = plan_for(&app_pod(json!({"workingDir": "/opt/../srv/x"})), &image).unwrap();
         assert_eq!(p.working_dir, Some(image.rootfs.join("srv/x")));
+        let p = plan_for(&app_pod(json!({"workingDir": "/data/../etc"})), &image).unwrap();
+        assert_eq!(
+            p.working_dir,
+            Some(image.rootfs.join("etc")),
+            "`..` out of the volume is the rootfs's /etc, not the machine's"
+        );
         assert_eq!(
             resolve_in_root(&image.rootfs, "/../../bin/tool"),
             image.rootfs.join("usr/bin/tool"),
