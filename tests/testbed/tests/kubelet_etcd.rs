@@ -3,9 +3,13 @@
 //! machines break. Run under scripts/in-namespace.sh (scripts/test.sh does);
 //! outside it every test here fails with the namespace guard's message.
 
+mod common;
+
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
+
+use common::{EVENTUALLY, wait_pod};
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
 use kube::Client;
@@ -14,9 +18,6 @@ use serde_json::json;
 use steward_testbed::control_plane::ControlPlane;
 use steward_testbed::etcd_bin::EtcdBinaries;
 use steward_testbed::kubelet::fixtures::StaticCluster;
-
-/// A generous bound on "eventually" on a busy two-core machine.
-const EVENTUALLY: Duration = Duration::from_secs(120);
 
 struct Plane {
     plane: ControlPlane,
@@ -115,30 +116,6 @@ async fn create_cluster_without_pods(client: &Client, c: &StaticCluster) {
 
 fn pods(client: &Client, c: &StaticCluster) -> Api<Pod> {
     Api::namespaced(client.clone(), &c.namespace)
-}
-
-/// Polls the Pod until `pred` holds; panics with its last status if it never does.
-async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
-    let deadline = tokio::time::Instant::now() + EVENTUALLY;
-    let mut last = None;
-    loop {
-        if let Ok(Some(p)) = api.get_opt(name).await {
-            if pred(&p) {
-                return p;
-            }
-            last = Some(p);
-        }
-        if tokio::time::Instant::now() > deadline {
-            let status = last
-                .and_then(|p| p.status)
-                .map(|s| serde_json::to_string_pretty(&s).unwrap());
-            panic!(
-                "pod {name} never became {what}; last status: {}",
-                status.unwrap_or("none".into())
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 async fn wait_gone(api: &Api<Pod>, name: &str) {

@@ -4,9 +4,12 @@
 //! here: one gzip tar layer holding the registry's own static binary and a
 //! config file, pushed with oci-client. Run under scripts/in-namespace.sh.
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
+
+use common::{EVENTUALLY, wait_pod};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
@@ -22,7 +25,6 @@ use steward_testbed::control_plane::ControlPlane;
 use steward_testbed::kubelet::images::RegistryAccess;
 use steward_testbed::registry::Registry;
 
-const EVENTUALLY: Duration = Duration::from_secs(120);
 const NS: &str = "images";
 
 /// The image: `/bin/registry` (a static Go binary), its config in
@@ -190,27 +192,6 @@ fn ready(p: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
-    let deadline = tokio::time::Instant::now() + EVENTUALLY;
-    let mut last = None;
-    loop {
-        if let Ok(Some(p)) = api.get_opt(name).await {
-            if pred(&p) {
-                return p;
-            }
-            last = Some(p);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "pod {name} never became {what}; last status: {}",
-            last.and_then(|p| p.status)
-                .map(|s| serde_json::to_string_pretty(&s).unwrap())
-                .unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// Every waiting (reason, message) the Pod's status shows, in order,

@@ -310,6 +310,26 @@ impl Worker {
 
     // ----- preparing --------------------------------------------------------
 
+    /// Creates the volumes' directories `dirs`, keeps what the start needs
+    /// (`keep`: the mounts of a pulled image, or a local plan), then starts
+    /// the container unless the test holds it.
+    fn start_prepared(&mut self, dirs: &[PathBuf], keep: impl FnOnce(&mut Self)) {
+        for dir in dirs {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                return self.config_failed(format!("creating {}: {e}", dir.display()));
+            }
+        }
+        keep(self);
+        if self.may_start() {
+            self.start_container();
+        } else if self.node.is_held(&self.ns, &self.name) {
+            self.waiting = (
+                "ContainerCreating".into(),
+                Some("held by the test (Kubelet::hold_starts)".into()),
+            );
+        }
+    }
+
     async fn prepare(&mut self) {
         self.prepare_at = None;
         if self.phase != "Pending" || self.prepared() {
@@ -317,20 +337,8 @@ impl Worker {
         }
         match self.volumes().await {
             Ok(mounts) if self.pulls => {
-                for (_, dir) in &mounts {
-                    if let Err(e) = std::fs::create_dir_all(dir) {
-                        return self.config_failed(format!("creating {}: {e}", dir.display()));
-                    }
-                }
-                self.mounts = Some(mounts);
-                if self.may_start() {
-                    self.start_container();
-                } else if self.node.is_held(&self.ns, &self.name) {
-                    self.waiting = (
-                        "ContainerCreating".into(),
-                        Some("held by the test (Kubelet::hold_starts)".into()),
-                    );
-                }
+                let dirs: Vec<PathBuf> = mounts.iter().map(|(_, d)| d.clone()).collect();
+                self.start_prepared(&dirs, |w| w.mounts = Some(mounts));
             }
             Ok(mounts) => {
                 let host_ip = self.node.host_ip;
@@ -344,21 +352,8 @@ impl Worker {
                     &self.node.config.images,
                 ) {
                     Ok(plan) => {
-                        for (_, dir) in &mounts {
-                            if let Err(e) = std::fs::create_dir_all(dir) {
-                                return self
-                                    .config_failed(format!("creating {}: {e}", dir.display()));
-                            }
-                        }
-                        self.plan = Some(plan);
-                        if self.may_start() {
-                            self.start_container();
-                        } else if self.node.is_held(&self.ns, &self.name) {
-                            self.waiting = (
-                                "ContainerCreating".into(),
-                                Some("held by the test (Kubelet::hold_starts)".into()),
-                            );
-                        }
+                        let dirs: Vec<PathBuf> = mounts.iter().map(|(_, d)| d.clone()).collect();
+                        self.start_prepared(&dirs, |w| w.plan = Some(plan));
                     }
                     Err(e @ launch::LaunchError::ImagePull { .. }) => {
                         // A kubelet retries a failed pull with back-off; the
