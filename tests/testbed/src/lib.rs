@@ -15,6 +15,7 @@ pub mod namespace;
 pub mod pki;
 pub mod registry;
 pub mod repo;
+pub mod s3;
 pub mod sdk_examples;
 pub mod status_consumers;
 
