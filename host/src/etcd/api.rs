@@ -25,11 +25,12 @@ pub enum Rpc {
     MoveLeader,
     Defragment,
     AlarmDisarm,
+    Snapshot,
     // Auth calls (AuthEnable, UserAdd, RoleAdd, ...) go here when they exist.
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 9] = [
+    pub const ALL: [Rpc; 10] = [
         Rpc::Status,
         Rpc::MemberList,
         Rpc::QuorumRead,
@@ -39,6 +40,7 @@ impl Rpc {
         Rpc::MoveLeader,
         Rpc::Defragment,
         Rpc::AlarmDisarm,
+        Rpc::Snapshot,
     ];
 
     /// The etcd API name, as operators know it from etcdctl and etcd's logs.
@@ -53,6 +55,7 @@ impl Rpc {
             Rpc::MoveLeader => "MoveLeader",
             Rpc::Defragment => "Defragment",
             Rpc::AlarmDisarm => "AlarmDisarm",
+            Rpc::Snapshot => "Snapshot",
         }
     }
 
@@ -199,6 +202,26 @@ pub struct AddedMember {
     pub members: Vec<EtcdMember>,
 }
 
+/// An open Maintenance.Snapshot stream.
+pub struct SnapshotStream {
+    /// The member's revision just before the stream opened (etcd's
+    /// snapshot messages carry none): the snapshot holds at least this
+    /// revision, exactly this one unless a write raced the stream's start.
+    pub revision: i64,
+    /// The snapshot's bytes, in order, the first message's included. Each
+    /// message must arrive within the client's deadline of the previous
+    /// one; a stall ends the stream with a timeout error.
+    pub chunks: futures::stream::BoxStream<'static, Result<bytes::Bytes, RpcError>>,
+}
+
+impl fmt::Debug for SnapshotStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnapshotStream")
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Every etcd RPC the operator makes.
 ///
 /// Reads are addressed to one endpoint: the caller decides whom to ask,
@@ -256,6 +279,11 @@ pub trait EtcdApi: Send + Sync {
     /// Disarms the NOSPACE alarm raised for member `member` (asked of the
     /// member at `endpoint`; the alarm is cluster state).
     async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError>;
+
+    /// Opens a snapshot of the backend of the member at `endpoint`. The
+    /// stream is not bounded by the per-RPC deadline as a whole (a large
+    /// database takes minutes), only each message is.
+    async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError>;
 
     // Auth calls (enable auth, users, roles) belong here, each with its
     // own `Rpc` variant, when auth support lands.
@@ -315,6 +343,10 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
 
     async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError> {
         (**self).disarm_no_space(endpoint, member).await
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError> {
+        (**self).snapshot(endpoint).await
     }
 }
 

@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
+use futures::StreamExt;
 use steward_policy_sdk::{AlarmKind, EtcdMember, ProbeErrorKind};
 use tonic::transport::Endpoint;
 
-use super::api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo};
+use super::api::{AddedMember, EtcdApi, Rpc, RpcError, SnapshotStream, StatusInfo};
 use super::classify::{classify, redact};
 
 /// The probe deadline the operator uses unless configured otherwise.
@@ -451,6 +452,86 @@ impl EtcdApi for EtcdClient {
                 format!("no answer within {deadline:?}; the member may still be defragmenting"),
             )),
         }
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError> {
+        // A channel of its own without the per-RPC request timeout, which
+        // would cut off a large snapshot; each message is bounded instead.
+        let rpc = Rpc::Snapshot;
+        let deadline = self.config.deadline;
+        let ep = self
+            .endpoint(endpoint)
+            .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
+            .timeout(Duration::from_secs(24 * 3600));
+        let shown = redact(endpoint);
+        let stalled = move |what: &str| {
+            RpcError::new(
+                rpc,
+                shown.clone(),
+                ProbeErrorKind::Timeout,
+                format!("no {what} within {deadline:?}"),
+            )
+        };
+        let open = async {
+            let mut client = Client::from_channel(
+                etcd_client::Channel::Tonic(ep.connect_lazy()),
+                Some(ConnectOptions::new().with_timeout(deadline)),
+            )
+            .await
+            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            // etcd's snapshot messages carry no header: the revision is
+            // this member's own (a serializable read), just before the
+            // stream opens.
+            let revision = client
+                .get(
+                    "\0",
+                    Some(GetOptions::new().with_serializable().with_count_only()),
+                )
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))?
+                .header()
+                .map_or(0, |h| h.revision());
+            let mut stream = client
+                .snapshot()
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let first = stream
+                .message()
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            Ok::<_, RpcError>((revision, stream, first))
+        };
+        let (revision, stream, first) = tokio::time::timeout(deadline, open)
+            .await
+            .map_err(|_| stalled("first snapshot message"))??;
+        let Some(first) = first else {
+            return Err(RpcError::new(
+                rpc,
+                redact(endpoint),
+                ProbeErrorKind::Other,
+                "the member ended the snapshot stream before sending anything",
+            ));
+        };
+        let head = bytes::Bytes::copy_from_slice(first.blob());
+        let endpoint = endpoint.to_owned();
+        let rest = futures::stream::try_unfold(stream, move |mut stream| {
+            let endpoint = endpoint.clone();
+            let stalled = stalled.clone();
+            async move {
+                match tokio::time::timeout(deadline, stream.message()).await {
+                    Err(_) => Err(stalled("snapshot message")),
+                    Ok(Err(e)) => Err(rpc_error(rpc, &endpoint, &e)),
+                    Ok(Ok(None)) => Ok(None),
+                    Ok(Ok(Some(m))) => Ok(Some((bytes::Bytes::copy_from_slice(m.blob()), stream))),
+                }
+            }
+        });
+        Ok(SnapshotStream {
+            revision,
+            chunks: futures::stream::once(async move { Ok(head) })
+                .chain(rest)
+                .boxed(),
+        })
     }
 
     async fn disarm_no_space(&self, endpoint: &str, member: u64) -> Result<(), RpcError> {

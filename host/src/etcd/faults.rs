@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use steward_policy_sdk::{EtcdMember, ProbeErrorKind};
 
-use super::api::{AddedMember, EtcdApi, Rpc, RpcError, StatusInfo};
+use super::api::{AddedMember, EtcdApi, Rpc, RpcError, SnapshotStream, StatusInfo};
 
 /// How an injected fault fails the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,6 +323,12 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
             self.inner.disarm_no_space(endpoint, member),
         )
         .await
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError> {
+        let eps = [endpoint.to_owned()];
+        self.run(Rpc::Snapshot, &eps, self.inner.snapshot(endpoint))
+            .await
     }
 
     async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {
