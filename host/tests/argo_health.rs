@@ -1,7 +1,8 @@
-//! Argo CD's health check for EtcdCluster (deploy/argocd), run by
-//! gopher-lua the way Argo CD runs a check from argocd-cm, against its
-//! health_test.yaml fixtures; and the argocd-cm snippet in docs/api.md
-//! against the same fixtures, so the documented copy cannot drift.
+//! Argo CD's health checks (deploy/argocd: EtcdCluster, EtcdStatusPolicy,
+//! EtcdSnapshot), run by gopher-lua the way Argo CD runs a check from
+//! argocd-cm, against their health_test.yaml fixtures; and the argocd-cm
+//! snippets in docs/api.md against the same fixtures, so the documented
+//! copies cannot drift.
 
 use std::path::Path;
 
@@ -44,7 +45,11 @@ fn health_lua_and_the_docs_snippet_pass_every_fixture_under_gopher_lua() {
             .count()
     };
     let mut total = 0;
-    for (kind, at_least) in [("EtcdCluster", 9), ("EtcdStatusPolicy", 6)] {
+    for (kind, at_least) in [
+        ("EtcdCluster", 9),
+        ("EtcdStatusPolicy", 6),
+        ("EtcdSnapshot", 6),
+    ] {
         let n = fixtures(kind);
         assert!(n >= at_least, "{kind}'s health_test.yaml has {n} cases");
         assert_eq!(ok("health.lua", kind), n, "{text}");
