@@ -45,6 +45,10 @@ pub struct OperatorConfig {
     /// Where EtcdStatusPolicy ConfigMaps and pull Secrets live: the
     /// operator's own namespace.
     pub policy_namespace: String,
+    /// Attempts at one EtcdSnapshot before it is Failed.
+    pub snapshot_attempts: u32,
+    /// Wait after the first failed snapshot attempt; doubles per attempt.
+    pub snapshot_backoff: Duration,
 }
 
 impl Default for OperatorConfig {
@@ -61,6 +65,8 @@ impl Default for OperatorConfig {
             recreate_backoff: Duration::from_secs(1),
             max_recreate_backoff: Duration::from_secs(60),
             policy_namespace: "etcd-steward-system".into(),
+            snapshot_attempts: 5,
+            snapshot_backoff: Duration::from_secs(5),
         }
     }
 }

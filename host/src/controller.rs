@@ -1,5 +1,5 @@
-//! Wiring: the three kube-runtime Controllers (EtcdCluster, EtcdMember and
-//! EtcdStatusPolicy) and what triggers a reconcile of each. Every trigger
+//! Wiring: the four kube-runtime Controllers (EtcdCluster, EtcdMember,
+//! EtcdStatusPolicy and EtcdSnapshot) and what triggers a reconcile of each. Every trigger
 //! is a subscription to the one watch of its kind ([`crate::watch`]); no
 //! controller opens a watch of its own. The reconciles themselves are
 //! [`crate::cluster`], [`crate::member`] and [`crate::status_policy`].
@@ -96,8 +96,8 @@ where
 }
 
 /// A spec change (generation): status writes are no trigger.
-fn generation(obj: &EtcdCluster) -> Option<u64> {
-    obj.metadata.generation.map(|g| g as u64)
+fn generation<K: kube::Resource>(obj: &K) -> Option<u64> {
+    obj.meta().generation.map(|g| g as u64)
 }
 
 /// Runs the controllers on `ctx` until `shutdown` resolves.
@@ -107,6 +107,20 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let w = &ctx.watches;
     let clusters = w.clusters.store().clone();
+
+    // A snapshot's spec is immutable: it is reconciled when it appears (or
+    // the operator starts), then by its own requeues until it is Complete
+    // or Failed. Its status writes are no trigger.
+    let snapshot_ctl = Controller::for_shared_stream(
+        w.snapshots.subscribe_when(generation),
+        w.snapshots.store().clone(),
+    )
+    .run(
+        crate::snapshot::reconcile_snapshot,
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| futures::future::ready(()));
     let policies = w.status_policies.store().clone();
 
     let member_ctl =
@@ -235,7 +249,7 @@ pub async fn run(
     // Dropping the controllers on shutdown cancels in-flight reconciles;
     // every step is idempotent and the next operator picks up from etcd.
     tokio::select! {
-        _ = futures::future::join3(member_ctl, cluster_ctl, policy_ctl) => {}
+        _ = futures::future::join4(member_ctl, cluster_ctl, policy_ctl, snapshot_ctl) => {}
         _ = forget => {}
         _ = idle_versions => {}
         _ = shutdown => {}

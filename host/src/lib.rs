@@ -23,6 +23,7 @@ pub mod metrics;
 pub(crate) mod mock_api;
 pub mod policy;
 pub mod resources;
+pub mod snapshot;
 pub mod status_policy;
 pub mod text;
 pub mod watch;

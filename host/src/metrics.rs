@@ -43,6 +43,13 @@ struct MemberLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    namespace: String,
+    name: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AlarmLabels {
     namespace: String,
     name: String,
@@ -85,6 +92,12 @@ struct ClusterFamilies {
     quota: Family<ClusterLabels, Gauge>,
     db_size: Family<MemberLabels, Gauge>,
     alarms: Family<AlarmLabels, Gauge>,
+    // Snapshots (EtcdSnapshot), by the cluster they were taken of.
+    snapshots: Family<ClusterLabels, Counter>,
+    snapshot_failures: Family<FailureLabels, Counter>,
+    snapshot_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    snapshot_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    snapshot_size: Family<ClusterLabels, Gauge>,
 }
 
 pub struct Metrics {
@@ -179,6 +192,31 @@ impl Default for Metrics {
             "cluster_alarms",
             "Members raising each etcd alarm (NOSPACE, CORRUPT)",
             c.alarms.clone(),
+        );
+        registry.register(
+            "cluster_snapshots",
+            "Snapshots of the cluster uploaded and read back (EtcdSnapshot Complete)",
+            c.snapshots.clone(),
+        );
+        registry.register(
+            "cluster_snapshot_failures",
+            "Failed snapshot attempts, by the reason the EtcdSnapshot's Ready condition gave",
+            c.snapshot_failures.clone(),
+        );
+        registry.register(
+            "cluster_snapshot_last_success_timestamp_seconds",
+            "When the cluster's last verified snapshot completed (Unix time; absent: none since the operator started)",
+            c.snapshot_last_success.clone(),
+        );
+        registry.register(
+            "cluster_snapshot_last_duration_seconds",
+            "How long the last verified snapshot took, stream, upload and read-back",
+            c.snapshot_duration.clone(),
+        );
+        registry.register(
+            "cluster_snapshot_last_size_bytes",
+            "Size of the last verified snapshot",
+            c.snapshot_size.clone(),
         );
         Self {
             clusters,
@@ -307,6 +345,31 @@ impl Metrics {
         }
     }
 
+    /// A snapshot of cluster `id` completed and was read back.
+    pub fn observe_snapshot(&self, id: &ClusterLabels, done_at_s: f64, took: Duration, size: u64) {
+        let c = &self.clusters;
+        c.snapshots.get_or_create(id).inc();
+        c.snapshot_last_success.get_or_create(id).set(done_at_s);
+        c.snapshot_duration
+            .get_or_create(id)
+            .set(took.as_secs_f64());
+        c.snapshot_size
+            .get_or_create(id)
+            .set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
+
+    /// A snapshot attempt of cluster `id` failed with `reason`.
+    pub fn count_snapshot_failure(&self, id: &ClusterLabels, reason: &str) {
+        self.clusters
+            .snapshot_failures
+            .get_or_create(&FailureLabels {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
     /// Drops the series of a deleted cluster: it must not keep alerting.
     pub fn forget_cluster(&self, id: &ClusterLabels) {
         let c = &self.clusters;
@@ -319,6 +382,10 @@ impl Metrics {
             c.since_verified.remove(id);
             c.policy_failures.remove(id);
             c.quota.remove(id);
+            c.snapshots.remove(id);
+            c.snapshot_last_success.remove(id);
+            c.snapshot_duration.remove(id);
+            c.snapshot_size.remove(id);
             if let Some(l) = leader {
                 c.leader.remove(&l);
             }

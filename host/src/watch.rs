@@ -36,7 +36,7 @@ use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::api::{EtcdCluster, EtcdMember, EtcdStatusPolicy};
+use crate::api::{EtcdCluster, EtcdMember, EtcdSnapshot, EtcdStatusPolicy};
 
 /// How many changes a slow subscriber may trail by before the watch waits.
 const BUFFER: usize = 1024;
@@ -287,6 +287,7 @@ kinds! { |s|
     services: Service = watcher(s.scoped(), managed());
     pdbs: PodDisruptionBudget = watcher(s.scoped(), managed());
     status_policies: EtcdStatusPolicy = watcher(s.cluster(), watcher::Config::default());
+    snapshots: EtcdSnapshot = watcher(s.scoped(), watcher::Config::default());
     /// Policy sources and CA bundles, by metadata: the reconcile reads the
     /// one a policy names.
     config_maps: PartialObjectMeta<ConfigMap> = watcher(s.own(), watcher::Config::default());

@@ -16,6 +16,7 @@ struct Crds {
     clusters: Api<DynamicObject>,
     members: Api<DynamicObject>,
     policies: Api<DynamicObject>,
+    snapshots: Api<DynamicObject>,
     _dir: tempfile::TempDir,
 }
 
@@ -41,6 +42,7 @@ async fn applied() -> Crds {
         "etcdclusters.etcd.steward.dev",
         "etcdmembers.etcd.steward.dev",
         "etcdstatuspolicies.etcd.steward.dev",
+        "etcdsnapshots.etcd.steward.dev",
     ] {
         established(&api, name).await;
     }
@@ -65,6 +67,11 @@ async fn applied() -> Crds {
         policies: Api::all_with(
             plane.client(),
             &resource("EtcdStatusPolicy", "etcdstatuspolicies"),
+        ),
+        snapshots: Api::namespaced_with(
+            plane.client(),
+            "default",
+            &resource("EtcdSnapshot", "etcdsnapshots"),
         ),
         plane,
         _dir: dir,
@@ -501,5 +508,74 @@ async fn the_status_policy_rules_accept_and_reject_with_their_messages() {
             "creating {spec}: expected {expected:?} in {message:?}"
         );
     }
+    crds.plane.shutdown().await;
+}
+
+/// EtcdSnapshot: the anchor's manifest applies with only its apiVersion
+/// changed; exactly one destination; the PVC destination is refused with a
+/// message until it exists; the spec never changes after create.
+#[tokio::test]
+async fn the_snapshot_rules_accept_and_reject_with_their_messages() {
+    let crds = applied().await;
+    let pp = PostParams::default();
+    let snapshot = |name: &str, destination: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdSnapshot",
+            "metadata": {"name": name},
+            "spec": {"clusterRef": {"name": "main"}, "destination": destination},
+        }))
+        .unwrap()
+    };
+    // The cozystack etcd-operator's example, apiVersion changed.
+    let anchor = json!({"s3": {
+        "endpoint": "https://s3.example.com",
+        "bucket": "etcd-backups",
+        "key": "main/",
+        "credentialsSecretRef": {"name": "s3-credentials"},
+        "region": "eu-central-1",
+        "forcePathStyle": true,
+    }});
+    crds.snapshots
+        .create(&pp, &snapshot("anchor", anchor.clone()))
+        .await
+        .unwrap();
+    for (destination, expected) in [
+        (
+            json!({"pvc": {"claimName": "backups"}}),
+            "destination.pvc is not implemented yet",
+        ),
+        (
+            json!({}),
+            "exactly one of destination.s3 or destination.pvc must be set",
+        ),
+        (
+            json!({"s3": {"endpoint": "s3.example.com", "bucket": "etcd-backups", "credentialsSecretRef": {"name": "c"}}}),
+            "destination.s3.endpoint must be an http:// or https:// URL",
+        ),
+    ] {
+        let message = rejected(
+            crds.snapshots
+                .create(&pp, &snapshot("rejected", destination.clone()))
+                .await,
+        );
+        assert!(
+            message.contains(expected),
+            "{destination}: expected {expected:?} in {message:?}"
+        );
+    }
+    let message = rejected(
+        crds.snapshots
+            .patch(
+                "anchor",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"destination": {"s3": {"bucket": "elsewhere"}}}})),
+            )
+            .await,
+    );
+    assert!(
+        message.contains("an EtcdSnapshot's spec is immutable"),
+        "{message}"
+    );
     crds.plane.shutdown().await;
 }

@@ -1,14 +1,17 @@
 //! The Kubernetes API of etcd-steward: group `etcd.steward.dev`, version
-//! `v1alpha1`, kinds `EtcdCluster`, `EtcdMember` and `EtcdStatusPolicy`.
+//! `v1alpha1`, kinds `EtcdCluster`, `EtcdMember`, `EtcdStatusPolicy` and
+//! `EtcdSnapshot`.
 
 mod cluster;
 mod member;
 mod schema;
+mod snapshot;
 mod status_patch;
 mod status_policy;
 
 pub use cluster::*;
 pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
+pub use snapshot::*;
 pub use status_patch::{WholeStatus, write_whole_status};
 pub use status_policy::*;
 
@@ -28,6 +31,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         EtcdCluster::crd(),
         EtcdMember::crd(),
         EtcdStatusPolicy::crd(),
+        EtcdSnapshot::crd(),
     ]
     .into_iter()
     .map(without_null_enum_values)

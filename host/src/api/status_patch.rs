@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{EtcdClusterStatus, EtcdMemberStatus, EtcdStatusPolicyStatus};
+use super::{EtcdClusterStatus, EtcdMemberStatus, EtcdSnapshotStatus, EtcdStatusPolicyStatus};
 
 /// A status type the operator writes whole.
 pub trait WholeStatus: Serialize + JsonSchema {
@@ -64,6 +64,13 @@ impl WholeStatus for EtcdClusterStatus {
 impl WholeStatus for EtcdMemberStatus {
     fn fields() -> &'static [String] {
         static FIELDS: LazyLock<Vec<String>> = LazyLock::new(field_names::<EtcdMemberStatus>);
+        &FIELDS
+    }
+}
+
+impl WholeStatus for EtcdSnapshotStatus {
+    fn fields() -> &'static [String] {
+        static FIELDS: LazyLock<Vec<String>> = LazyLock::new(field_names::<EtcdSnapshotStatus>);
         &FIELDS
     }
 }

@@ -50,7 +50,7 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the operator against the cluster of the current kubeconfig (or in-cluster).
     Run(run::RunArgs),
-    /// Print the CRDs (EtcdCluster, EtcdMember, EtcdStatusPolicy) as YAML.
+    /// Print the CRDs (EtcdCluster, EtcdMember, EtcdStatusPolicy, EtcdSnapshot) as YAML.
     Crd,
     /// A local sandbox: test control plane, real etcd, the operator and an
     /// example EtcdCluster, in one process. Not for production.

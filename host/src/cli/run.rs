@@ -94,6 +94,10 @@ pub struct RunArgs {
     /// 0 turns crash-loop self-heal off.
     #[arg(long, default_value_t = 5)]
     pub crash_loop_threshold: u32,
+    /// Attempts at one EtcdSnapshot (5 s after the first failure, doubling)
+    /// before its phase is Failed.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub snapshot_attempts: u32,
     /// Run as one of several replicas: only the holder of the Lease
     /// `etcd-steward` reconciles; the others wait to take over.
     #[arg(long)]
@@ -113,6 +117,7 @@ impl RunArgs {
             verified_refresh: Duration::from_secs(self.verified_refresh_seconds),
             policy_recheck: Duration::from_secs(self.policy_recheck_seconds),
             crash_loop_threshold: self.crash_loop_threshold,
+            snapshot_attempts: self.snapshot_attempts,
             policy_namespace: self
                 .policy_namespace
                 .clone()

@@ -70,6 +70,8 @@ pub fn run_args() -> RunArgs {
         policy_namespace: Some(OPERATOR_NS.into()),
         metrics_addr: String::new(),
         crash_loop_threshold: 5,
+        // Two: a snapshot fault test sees Failed after one 5 s backoff.
+        snapshot_attempts: 2,
         leader_elect: false,
         leader_election_namespace: OPERATOR_NS.into(),
     }

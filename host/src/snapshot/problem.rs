@@ -1,0 +1,60 @@
+//! Why an attempt at a snapshot did not complete: a condition reason, a
+//! message a person can act on, and whether another attempt may help.
+
+/// The reasons an EtcdSnapshot's conditions and Events carry.
+pub mod reason {
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// No quorum the host verified itself: nothing is taken from a member
+    /// that may be cut off from the cluster.
+    pub const QUORUM_UNVERIFIED: &str = "QuorumUnverified";
+    pub const CREDENTIALS_NOT_FOUND: &str = "CredentialsNotFound";
+    pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const BUCKET_NOT_FOUND: &str = "BucketNotFound";
+    pub const ACCESS_DENIED: &str = "AccessDenied";
+    pub const ENDPOINT_UNREACHABLE: &str = "EndpointUnreachable";
+    pub const TLS_UNTRUSTED: &str = "TLSUntrusted";
+    pub const UPLOAD_FAILED: &str = "UploadFailed";
+    pub const OBJECT_EXISTS: &str = "ObjectExists";
+    pub const SNAPSHOT_STREAM_FAILED: &str = "SnapshotStreamFailed";
+    /// etcd's own sha256 at the end of the stream did not match its bytes.
+    pub const INTEGRITY_CHECK_FAILED: &str = "IntegrityCheckFailed";
+    /// The object read back is not what was written.
+    pub const VERIFICATION_FAILED: &str = "VerificationFailed";
+    /// A previous attempt was cut off (the operator stopped mid-stream).
+    pub const INTERRUPTED: &str = "Interrupted";
+    pub const ATTEMPTS_EXHAUSTED: &str = "AttemptsExhausted";
+    pub const STARTED: &str = "Started";
+    pub const COMPLETE: &str = "Complete";
+    /// The Verified condition's reason: the object was read back whole.
+    pub const READ_BACK: &str = "ReadBack";
+    pub const NOT_VERIFIED: &str = "NotVerified";
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: &'static str,
+    /// Safe to show: never carries credentials.
+    pub message: String,
+    /// Whether a later attempt may succeed without a new EtcdSnapshot.
+    pub retry: bool,
+}
+
+impl Problem {
+    pub fn retry(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+            retry: true,
+        }
+    }
+
+    /// Nothing a later attempt of this EtcdSnapshot can change.
+    pub fn fatal(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+            retry: false,
+        }
+    }
+}

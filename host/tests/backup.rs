@@ -1,0 +1,612 @@
+//! Backups end to end: EtcdSnapshot against a real S3 server (SeaweedFS,
+//! built from its Go module by scripts/ensure-go-tool.sh), real etcd
+//! members run by the local kubelet, the real control plane, and the real
+//! etcdutl to prove that what was uploaded restores. Run through `make test`.
+//!
+//! The scenarios share one control plane and one cluster: each control
+//! plane costs seconds of a 2-core machine, and none of them changes the
+//! cluster but the last (quorum loss), which runs last.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use etcd_steward::api::EtcdSnapshot;
+use etcd_steward::etcd::{Fault, Rpc};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use sha2::{Digest, Sha256};
+use steward_policy_sdk::ProbeErrorKind;
+use steward_testbed::s3::S3Server;
+use support::*;
+
+const BUCKET: &str = "etcd-backups";
+const KEYS: usize = 20;
+
+/// Every log line the operator writes in this binary, at trace level, to
+/// search for credentials.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn install() -> Self {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .try_init()
+            .expect("the first subscriber of this test binary");
+        captured
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+fn snapshots(env: &Env) -> Api<EtcdSnapshot> {
+    Api::namespaced(env.client.clone(), NS)
+}
+
+async fn create_secret(env: &Env, name: &str, data: &[(&str, &str)]) {
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": data
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect::<serde_json::Map<_, _>>(),
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// An EtcdSnapshot of cluster `cluster` to `s3` (merged over the defaults).
+async fn create_snapshot(env: &Env, name: &str, cluster: &str, s3: serde_json::Value) {
+    let mut location = serde_json::json!({
+        "bucket": BUCKET,
+        "credentialsSecretRef": {"name": "s3-creds"},
+        "forcePathStyle": true,
+    });
+    for (k, v) in s3.as_object().unwrap() {
+        location[k] = v.clone();
+    }
+    let snap: EtcdSnapshot = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdSnapshot",
+        "metadata": {"name": name},
+        "spec": {"clusterRef": {"name": cluster}, "destination": {"s3": location}},
+    }))
+    .unwrap();
+    snapshots(env)
+        .create(&PostParams::default(), &snap)
+        .await
+        .unwrap();
+}
+
+fn phase(s: &EtcdSnapshot) -> Option<String> {
+    let p = s.status.as_ref()?.phase?;
+    Some(format!("{p:?}"))
+}
+
+fn snap_condition(s: &EtcdSnapshot, type_: &str) -> Option<(String, String, String)> {
+    let c = s.status.as_ref()?.condition(type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_snapshot(
+    env: &Env,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&EtcdSnapshot) -> bool,
+) -> EtcdSnapshot {
+    let start = std::time::Instant::now();
+    loop {
+        let s = snapshots(env).get(name).await.unwrap();
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "EtcdSnapshot {name}: never {what}; last status {:#?}",
+            s.status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+async fn wait_terminal(env: &Env, name: &str) -> EtcdSnapshot {
+    wait_snapshot(env, name, "Complete or Failed", |s| {
+        matches!(phase(s).as_deref(), Some("Complete" | "Failed"))
+    })
+    .await
+}
+
+/// The Warning (or Normal) Events about EtcdSnapshot `name`, as (reason, note).
+async fn snapshot_events(env: &Env, name: &str) -> Vec<(String, String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), NS);
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("EtcdSnapshot") && r.name.as_deref() == Some(name)
+            })
+        })
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn kstatus_of(env: &Env, s: &EtcdSnapshot) -> String {
+    let obj = serde_json::to_value(s).unwrap();
+    env.consumers.kstatus(&obj).expect("kstatus").status
+}
+
+/// What Argo CD's health check (deploy/argocd) reads in `s`.
+fn argo_of(env: &Env, s: &EtcdSnapshot) -> String {
+    let obj = serde_json::to_value(s).unwrap();
+    let lua = steward_testbed::status_consumers::argocd_dir()
+        .join("etcd.steward.dev/EtcdSnapshot/health.lua");
+    env.consumers
+        .argo_health_by(&lua, &obj)
+        .expect("Argo CD's health.lua")
+        .status
+}
+
+/// Restores `file` with the real etcdutl into a fresh data dir, starts a
+/// single etcd on it (loopback), and returns the keys under /app/.
+async fn restore_and_read(env: &Env, file: &std::path::Path) -> Vec<String> {
+    let bins = env.plane.kubelet().etcd().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("restored");
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (client_port, peer_port) = (free(), free());
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let client = format!("http://127.0.0.1:{client_port}");
+    let out = tokio::process::Command::new(&bins.etcdutl)
+        .args(["snapshot", "restore"])
+        .arg(file)
+        .arg(format!("--data-dir={}", data.display()))
+        .args([
+            "--name=restored",
+            &format!("--initial-cluster=restored={peer}"),
+        ])
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "etcdutl snapshot restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut etcd = tokio::process::Command::new(&bins.etcd)
+        .arg(format!("--data-dir={}", data.display()))
+        .args(["--name=restored"])
+        .arg(format!("--listen-client-urls={client}"))
+        .arg(format!("--advertise-client-urls={client}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let keys = loop {
+        let out = tokio::process::Command::new(&bins.etcdctl)
+            .arg(format!("--endpoints={client}"))
+            .args([
+                "get",
+                "/app/",
+                "--prefix",
+                "--keys-only",
+                "--command-timeout=2s",
+            ])
+            .output()
+            .await
+            .unwrap();
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>();
+        }
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "the restored etcd never answered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    etcd.kill().await.unwrap();
+    keys
+}
+
+#[test]
+fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reported() {
+    let logs = Captured::install();
+    run(async {
+        let mut env = Env::start().await;
+        let s3 = S3Server::start()
+            .await
+            .expect("SeaweedFS's S3 gateway starts");
+        s3.create_bucket(BUCKET).await.unwrap();
+        create_secret(
+            &env,
+            "s3-creds",
+            &[
+                ("AWS_ACCESS_KEY_ID", &s3.access_key_id),
+                ("AWS_SECRET_ACCESS_KEY", &s3.secret_access_key),
+            ],
+        )
+        .await;
+        let wrong_secret = format!("{}-but-wrong", s3.secret_access_key);
+        create_secret(
+            &env,
+            "wrong-creds",
+            &[
+                ("AWS_ACCESS_KEY_ID", &s3.access_key_id),
+                ("AWS_SECRET_ACCESS_KEY", &wrong_secret),
+            ],
+        )
+        .await;
+        create_secret(&env, "no-keys", &[("username", "backup")]).await;
+
+        env.create_cluster("bk", 3).await;
+        env.wait_available("bk", 3).await;
+        let endpoints = env.endpoints("bk").await;
+        for i in 0..KEYS {
+            env.etcdctl(
+                &endpoints,
+                &["put", &format!("/app/{i:02}"), &format!("value-{i}")],
+            )
+            .await;
+        }
+
+        // 1. A snapshot whose first stream fails (an injected Snapshot RPC
+        // timeout): the attempt is reported, and the second completes.
+        env.faults
+            .inject(Fault::fail(Rpc::Snapshot, ProbeErrorKind::Timeout).times(1));
+        create_snapshot(
+            &env,
+            "bk-1",
+            "bk",
+            serde_json::json!({"endpoint": s3.endpoint(), "key": "prod/bk"}),
+        )
+        .await;
+        let s = wait_terminal(&env, "bk-1").await;
+        let status = s.status.clone().unwrap();
+        assert_eq!(phase(&s).as_deref(), Some("Complete"), "{status:#?}");
+        assert_eq!(
+            status.attempts, 2,
+            "one failed attempt, then one that completed"
+        );
+        let (ready, reason, message) = snap_condition(&s, "Ready").unwrap();
+        assert_eq!(
+            (ready.as_str(), reason.as_str()),
+            ("True", "Complete"),
+            "{message}"
+        );
+        let (verified, how, _) = snap_condition(&s, "Verified").unwrap();
+        assert_eq!((verified.as_str(), how.as_str()), ("True", "ReadBack"));
+        assert_eq!(kstatus_of(&env, &s), "Current");
+        assert_eq!(argo_of(&env, &s), "Healthy");
+        let events = snapshot_events(&env, "bk-1").await;
+        assert!(
+            events.iter().any(|(t, r, n)| t == "Warning"
+                && r == "SnapshotStreamFailed"
+                && n.contains("retrying")),
+            "the failed attempt has a Warning Event: {events:?}"
+        );
+        assert!(
+            events
+                .iter()
+                .any(|(t, r, _)| t == "Normal" && r == "Complete"),
+            "{events:?}"
+        );
+
+        // What the status says is what the bucket holds.
+        let artifact = status.artifact.clone().unwrap();
+        assert_eq!(artifact.uri, format!("s3://{BUCKET}/prod/bk/bk-1.db"));
+        let object = s3.get(BUCKET, "prod/bk/bk-1.db").await.unwrap();
+        assert_eq!(object.len() as i64, artifact.size_bytes);
+        assert_eq!(
+            artifact.checksum,
+            format!("sha256:{}", hex::encode(Sha256::digest(&object)))
+        );
+        let names = env.member_names("bk").await;
+        assert!(
+            names.contains(status.member.as_ref().unwrap()),
+            "{status:?}"
+        );
+        assert_eq!(
+            status.etcd_version.as_deref(),
+            Some(etcd_steward::api::DEFAULT_ETCD_VERSION)
+        );
+
+        // The real etcdutl agrees on the revision and restores every key.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bk-1.db");
+        std::fs::write(&file, &object).unwrap();
+        let out = tokio::process::Command::new(&env.plane.kubelet().etcd().etcdutl)
+            .args(["snapshot", "status", "-w", "json"])
+            .arg(&file)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            st["revision"].as_i64(),
+            status.revision,
+            "etcdutl snapshot status: {st}"
+        );
+        let keys = restore_and_read(&env, &file).await;
+        assert_eq!(keys.len(), KEYS, "{keys:?}");
+
+        let metrics = env.metrics_text();
+        assert!(
+            metrics.contains(
+                r#"etcd_steward_cluster_snapshots_total{namespace="default",name="bk"} 1"#
+            ),
+            "{metrics}"
+        );
+        assert!(metrics.contains(r#"etcd_steward_cluster_snapshot_failures_total{namespace="default",name="bk",reason="SnapshotStreamFailed"} 1"#), "{metrics}");
+        assert!(metrics.contains(&format!(
+            r#"etcd_steward_cluster_snapshot_last_size_bytes{{namespace="default",name="bk"}} {}"#,
+            artifact.size_bytes
+        )));
+
+        // 2. Bad input, all at once: each gets its reason, an Event, and
+        // Failed once the attempts are spent; nothing is overwritten.
+        s3.put(
+            BUCKET,
+            "prod/bk/taken.db",
+            b"somebody else's backup".to_vec(),
+        )
+        .await
+        .unwrap();
+        let cases: [(&str, serde_json::Value, &str); 6] = [
+            (
+                "wrong-creds",
+                serde_json::json!({"endpoint": s3.endpoint(), "credentialsSecretRef": {"name": "wrong-creds"}}),
+                "AccessDenied",
+            ),
+            (
+                "no-bucket",
+                serde_json::json!({"endpoint": s3.endpoint(), "bucket": "no-such-bucket"}),
+                "BucketNotFound",
+            ),
+            (
+                "unreachable",
+                serde_json::json!({"endpoint": "http://127.0.0.1:9"}),
+                "EndpointUnreachable",
+            ),
+            (
+                "no-secret",
+                serde_json::json!({"endpoint": s3.endpoint(), "credentialsSecretRef": {"name": "absent"}}),
+                "CredentialsNotFound",
+            ),
+            (
+                "no-keys",
+                serde_json::json!({"endpoint": s3.endpoint(), "credentialsSecretRef": {"name": "no-keys"}}),
+                "CredentialsInvalid",
+            ),
+            (
+                "taken",
+                serde_json::json!({"endpoint": s3.endpoint(), "key": "prod/bk"}),
+                "ObjectExists",
+            ),
+        ];
+        for (name, s3_spec, _) in &cases {
+            create_snapshot(&env, name, "bk", s3_spec.clone()).await;
+        }
+        create_snapshot(
+            &env,
+            "no-cluster",
+            "absent",
+            serde_json::json!({"endpoint": s3.endpoint()}),
+        )
+        .await;
+        for (name, _, want) in cases.iter().map(|(n, s, w)| (*n, s, *w)).chain([(
+            "no-cluster",
+            &serde_json::Value::Null,
+            "ClusterNotFound",
+        )]) {
+            let s = wait_terminal(&env, name).await;
+            assert_eq!(
+                phase(&s).as_deref(),
+                Some("Failed"),
+                "{name}: {:#?}",
+                s.status
+            );
+            let (ready, reason, message) = snap_condition(&s, "Ready").unwrap();
+            assert_eq!(
+                (ready.as_str(), reason.as_str()),
+                ("False", want),
+                "{name}: {message}"
+            );
+            let (stalled, _, _) = snap_condition(&s, "Stalled").unwrap();
+            assert_eq!(stalled, "True", "{name}");
+            assert_eq!(snap_condition(&s, "Verified").unwrap().0, "False", "{name}");
+            assert!(s.status.as_ref().unwrap().artifact.is_none(), "{name}");
+            assert_eq!(kstatus_of(&env, &s), "Failed", "{name}");
+            assert_eq!(argo_of(&env, &s), "Degraded", "{name}");
+            let events = snapshot_events(&env, name).await;
+            assert!(
+                events.iter().any(|(t, r, _)| t == "Warning" && r == want),
+                "{name}: {events:?}"
+            );
+            eprintln!("{name}: {reason}: {message}");
+        }
+        assert_eq!(
+            s3.get(BUCKET, "prod/bk/taken.db").await.unwrap(),
+            b"somebody else's backup",
+            "an object the snapshot did not write is left as it was"
+        );
+        let listed = s3.list(BUCKET, "").await.unwrap();
+        assert_eq!(
+            listed.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["prod/bk/bk-1.db", "prod/bk/taken.db"],
+            "no failed attempt left an object behind"
+        );
+
+        // 3. A store behind a private CA: refused until the CA is given.
+        let tls = S3Server::start_tls()
+            .await
+            .expect("the TLS S3 gateway starts");
+        tls.create_bucket(BUCKET).await.unwrap();
+        create_secret(
+            &env,
+            "tls-creds",
+            &[
+                ("AWS_ACCESS_KEY_ID", &tls.access_key_id),
+                ("AWS_SECRET_ACCESS_KEY", &tls.secret_access_key),
+            ],
+        )
+        .await;
+        let tls_spec = |ca: Option<&str>| {
+            let mut v = serde_json::json!({"endpoint": tls.endpoint(), "credentialsSecretRef": {"name": "tls-creds"}});
+            if let Some(ca) = ca {
+                v["caBundle"] = ca.into();
+            }
+            v
+        };
+        create_snapshot(&env, "untrusted", "bk", tls_spec(None)).await;
+        create_snapshot(&env, "trusted", "bk", tls_spec(tls.ca_pem.as_deref())).await;
+        let s = wait_terminal(&env, "untrusted").await;
+        assert_eq!(
+            snap_condition(&s, "Ready").unwrap().1,
+            "TLSUntrusted",
+            "{:#?}",
+            s.status
+        );
+        let s = wait_terminal(&env, "trusted").await;
+        assert_eq!(phase(&s).as_deref(), Some("Complete"), "{:#?}", s.status);
+
+        // 4. No credential reached a log line, an Event, a status or a metric.
+        let mut seen = vec![("logs", logs.text()), ("metrics", env.metrics_text())];
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+        seen.push((
+            "events",
+            serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap(),
+        ));
+        seen.push((
+            "snapshots",
+            serde_json::to_string(
+                &snapshots(&env)
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items,
+            )
+            .unwrap(),
+        ));
+        seen.push((
+            "clusters",
+            serde_json::to_string(
+                &env.clusters()
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items,
+            )
+            .unwrap(),
+        ));
+        assert!(
+            seen[0].1.contains("EtcdSnapshot") || seen[0].1.contains("snapshot"),
+            "the logs were captured"
+        );
+        for secret in [
+            &s3.access_key_id,
+            &s3.secret_access_key,
+            &wrong_secret,
+            &tls.secret_access_key,
+        ] {
+            for (what, text) in &seen {
+                assert!(
+                    !text.contains(secret.as_str()),
+                    "a credential appears in the {what}"
+                );
+            }
+        }
+
+        // 5. No snapshot without a quorum the host verified: with two of
+        // three members gone and the operator stopped, a reconcile reports
+        // QuorumUnverified and never opens a snapshot stream.
+        env.kill_operator().await;
+        for m in &names[1..] {
+            env.plane.kubelet().kill(NS, m).await.unwrap();
+        }
+        create_snapshot(
+            &env,
+            "no-quorum",
+            "bk",
+            serde_json::json!({"endpoint": s3.endpoint(), "key": "q"}),
+        )
+        .await;
+        let op = etcd_steward::cli::run::Operator::new(run_args());
+        let ctx = op.context(env.operator_client.clone()).await.unwrap();
+        let snap = snapshots(&env).get("no-quorum").await.unwrap();
+        etcd_steward::snapshot::reconcile_snapshot(Arc::new(snap), ctx)
+            .await
+            .unwrap();
+        let s = snapshots(&env).get("no-quorum").await.unwrap();
+        let (ready, reason, message) = snap_condition(&s, "Ready").unwrap();
+        assert_eq!(
+            (ready.as_str(), reason.as_str()),
+            ("False", "QuorumUnverified"),
+            "{message}"
+        );
+        assert_eq!(
+            phase(&s).as_deref(),
+            Some("Pending"),
+            "a retry follows: {:#?}",
+            s.status
+        );
+        assert_eq!(
+            op.faults.calls(Rpc::Snapshot),
+            0,
+            "no stream is opened without quorum"
+        );
+        assert!(s3.list(BUCKET, "q/").await.unwrap().is_empty());
+        env.shutdown().await;
+    });
+}
