@@ -1,12 +1,13 @@
-//! Turning a Pod's etcd container into a local process invocation.
+//! Turning a Pod's container into a local process invocation.
 //!
 //! The container's command and args are used as written, translated only
 //! where a process on this machine needs it: the program becomes the local
-//! etcd binary, `$(VAR)` references expand from the container env, wildcard
-//! and loopback hosts in `--listen-*` URLs become the Pod's own IP, and
-//! volumeMount paths become the directories that back them.
+//! etcd release's `etcd`, `etcdctl` or `etcdutl`, `$(VAR)` references
+//! expand from the container env, wildcard and loopback hosts in
+//! `--listen-*` URLs become the Pod's own IP, and volumeMount paths become
+//! the directories that back them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -20,16 +21,18 @@ use super::images::{PulledImage, RegistryAccess};
 /// reason `CreateContainerConfigError` with this message.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LaunchError {
-    #[error("container {container}: the local kubelet runs only etcd itself, not {program:?}")]
-    NotEtcd { container: String, program: String },
     #[error("container {container}: env {var}: {what} is not supported by the local kubelet")]
     UnsupportedEnv {
         container: String,
         var: String,
         what: String,
     },
-    #[error("container {container}: envFrom is not supported by the local kubelet")]
-    EnvFrom { container: String },
+    /// A Secret or ConfigMap the env names is missing (or lacks the key),
+    /// or could not be read: `CreateContainerConfigError` with the
+    /// kubelet's own message (`secrets "NAME" not found`, `couldn't find
+    /// key KEY in Secret NS/NAME`), retried until it is there.
+    #[error("{message}")]
+    EnvSource { container: String, message: String },
     #[error(
         "container {container}: the local kubelet runs image {image} only with its entrypoint (no command)"
     )]
@@ -38,15 +41,141 @@ pub enum LaunchError {
     /// container's waiting reason is `ErrImagePull`, as for a failed pull.
     #[error("container {container}: {message}")]
     ImagePull { container: String, message: String },
-    /// The program is not in the pulled image: a start error, as a
-    /// runtime reports it (`RunContainerError`, or `StartError` once
-    /// nothing restarts it).
+    /// The program is not in the image (pulled, or an etcd image, which
+    /// holds only etcd, etcdctl and etcdutl): a start error, as a runtime
+    /// reports it (`RunContainerError`, or `StartError` once nothing
+    /// restarts it).
     #[error("container {container}: {message}")]
     Exec { container: String, message: String },
     /// The image and securityContext give no runnable user (a user name,
     /// or root under runAsNonRoot): `CreateContainerConfigError`.
     #[error("container {container}: {message}")]
     User { container: String, message: String },
+}
+
+/// Where the Pod runs and what its env may read: the values `fieldRef`,
+/// `secretKeyRef`, `configMapKeyRef` and `envFrom` resolve against.
+#[derive(Debug, Clone, Copy)]
+pub struct PodEnv<'a> {
+    pub ip: Ipv4Addr,
+    pub host_ip: Ipv4Addr,
+    pub sources: &'a EnvSources,
+}
+
+/// The Secrets and ConfigMaps a Pod's containers take env from, as the
+/// kubelet read them before starting a container: by name, the data
+/// (`None`: the object does not exist), or why it could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvSources {
+    pub secrets: BTreeMap<String, SourceRead>,
+    pub config_maps: BTreeMap<String, SourceRead>,
+}
+
+/// One Secret's or ConfigMap's data by key, `None` when it does not exist,
+/// or why it could not be read.
+pub type SourceRead = Result<Option<BTreeMap<String, Vec<u8>>>, String>;
+
+impl EnvSources {
+    /// The names of the Secrets and of the ConfigMaps `containers` take env
+    /// from (`valueFrom.secretKeyRef`/`configMapKeyRef`, `envFrom`).
+    pub fn wanted<'a>(
+        containers: impl IntoIterator<Item = &'a Container>,
+    ) -> (BTreeSet<String>, BTreeSet<String>) {
+        let mut secrets = BTreeSet::new();
+        let mut config_maps = BTreeSet::new();
+        for c in containers {
+            for from in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+                if let Some(s) = &from.secret_key_ref {
+                    secrets.insert(s.name.clone());
+                }
+                if let Some(m) = &from.config_map_key_ref {
+                    config_maps.insert(m.name.clone());
+                }
+            }
+            for from in c.env_from.iter().flatten() {
+                if let Some(s) = &from.secret_ref {
+                    secrets.insert(s.name.clone());
+                }
+                if let Some(m) = &from.config_map_ref {
+                    config_maps.insert(m.name.clone());
+                }
+            }
+        }
+        (secrets, config_maps)
+    }
+}
+
+/// Where a source's data comes from, for the kubelet's messages.
+#[derive(Clone, Copy)]
+enum SourceKind {
+    Secret,
+    ConfigMap,
+}
+
+impl SourceKind {
+    /// As in the kubelet's "couldn't find key K in Secret NS/NAME".
+    fn kind(self) -> &'static str {
+        match self {
+            SourceKind::Secret => "Secret",
+            SourceKind::ConfigMap => "ConfigMap",
+        }
+    }
+
+    /// As in the API's NotFound message: `secrets "NAME" not found`.
+    fn resource(self) -> &'static str {
+        match self {
+            SourceKind::Secret => "secrets",
+            SourceKind::ConfigMap => "configmaps",
+        }
+    }
+}
+
+impl EnvSources {
+    /// The whole object: `Ok(None)` when it is absent and optional.
+    fn object(
+        &self,
+        kind: SourceKind,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<&BTreeMap<String, Vec<u8>>>, String> {
+        let map = match kind {
+            SourceKind::Secret => &self.secrets,
+            SourceKind::ConfigMap => &self.config_maps,
+        };
+        match map.get(name) {
+            None => Err(format!(
+                "{} {name:?} was not read by the local kubelet",
+                kind.resource()
+            )),
+            Some(Err(e)) => Err(e.clone()),
+            Some(Ok(None)) if optional => Ok(None),
+            Some(Ok(None)) => Err(format!("{} {name:?} not found", kind.resource())),
+            Some(Ok(Some(data))) => Ok(Some(data)),
+        }
+    }
+
+    /// One key's value: `Ok(None)` when it (or its object) is absent and
+    /// optional, so the variable is left unset, as the kubelet does.
+    fn key(
+        &self,
+        kind: SourceKind,
+        ns: &str,
+        name: &str,
+        key: &str,
+        optional: bool,
+    ) -> Result<Option<String>, String> {
+        let Some(data) = self.object(kind, name, optional)? else {
+            return Ok(None);
+        };
+        match data.get(key) {
+            Some(v) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+            None if optional => Ok(None),
+            None => Err(format!(
+                "couldn't find key {key} in {} {ns}/{name}",
+                kind.kind()
+            )),
+        }
+    }
 }
 
 /// Everything needed to spawn the container's process.
@@ -102,9 +231,29 @@ pub fn runnable_container<'a>(
     images: &[LocalImage],
     registries: &[RegistryAccess],
 ) -> Option<&'a Container> {
-    pod.spec.as_ref()?.containers.iter().find(|c| {
-        is_etcd(c) || local_image(c, images).is_some() || pulled_image(c, images, registries)
-    })
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| runs(c, images, registries))
+}
+
+/// Whether the kubelet can run `c` at all: its image or program is etcd,
+/// its image is one of `images`, or it is pulled from one of `registries`.
+pub fn runs(c: &Container, images: &[LocalImage], registries: &[RegistryAccess]) -> bool {
+    is_etcd(c) || local_image(c, images).is_some() || pulled_image(c, images, registries)
+}
+
+/// Why the kubelet cannot run `c`'s image: what a node that cannot pull it
+/// reports (`ErrImagePull`).
+pub fn unrunnable(c: &Container) -> LaunchError {
+    LaunchError::ImagePull {
+        container: c.name.clone(),
+        message: format!(
+            "failed to pull image {:?}: the local kubelet runs etcd images (repository etcd), images mapped to local programs (KubeletConfig::images) and images of the registries it pulls from (KubeletConfig::registries), and this is none of them",
+            c.image.as_deref().unwrap_or_default()
+        ),
+    }
 }
 
 /// Whether the kubelet pulls `c`'s image: it names one of `registries`, and
@@ -127,6 +276,8 @@ fn local_image<'a>(c: &Container, images: &'a [LocalImage]) -> Option<&'a LocalI
     images.iter().find(|i| i.repository == name)
 }
 
+/// An etcd container: its image is etcd's (whatever program of the release
+/// its command names), or its program is `etcd` in some other image.
 fn is_etcd(c: &Container) -> bool {
     let image_says = c.image.as_deref().is_some_and(|i| image_name(i) == "etcd");
     let program_says = c
@@ -166,18 +317,21 @@ fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
-/// Plans the process for `container` of `pod`, running at `ip`, with each
-/// volumeMount path backed by the local directory in `mounts`.
+/// Plans the process for `container` of `pod`, running at `at.ip`, with
+/// each volumeMount path backed by the local directory in `mounts`. In an
+/// etcd image the program is the release's `etcd`, `etcdctl` or `etcdutl`,
+/// by the basename of `command[0]` (no command: etcd, the image's
+/// entrypoint); any other program is not in the image.
 pub fn plan(
     pod: &Pod,
     container: &Container,
-    ip: Ipv4Addr,
-    host_ip: Ipv4Addr,
+    at: &PodEnv<'_>,
     mounts: &[(String, PathBuf)],
     releases: &EtcdReleases,
     images: &[LocalImage],
 ) -> Result<LaunchPlan, LaunchError> {
-    let env = container_env(pod, container, ip, host_ip)?;
+    let ip = at.ip;
+    let env = container_env(pod, container, at)?;
     let vars: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     if let Some(image) = local_image(container, images) {
         // A program of our own, not etcd: its arguments stay as written and
@@ -218,15 +372,12 @@ pub fn plan(
         // No command: the image's entrypoint, which for an etcd image is etcd.
         bins.etcd.clone()
     } else {
-        let first = words.remove(0);
+        let first = expand(&words.remove(0), &vars);
         match basename(&first) {
             "etcd" => bins.etcd.clone(),
-            other => {
-                return Err(LaunchError::NotEtcd {
-                    container: container.name.clone(),
-                    program: other.to_string(),
-                });
-            }
+            "etcdctl" => bins.etcdctl.clone(),
+            "etcdutl" => bins.etcdutl.clone(),
+            _ => return Err(not_in_etcd_image(container, &first)),
         }
     };
     words.extend(container.args.clone().unwrap_or_default());
@@ -281,6 +432,22 @@ pub fn plan(
     })
 }
 
+/// A program an etcd image does not hold, as a runtime reports it.
+fn not_in_etcd_image(container: &Container, program: &str) -> LaunchError {
+    let image = container.image.as_deref().unwrap_or("etcd");
+    let why = if program.contains('/') {
+        format!("stat {program}: no such file or directory")
+    } else {
+        "executable file not found in $PATH".to_string()
+    };
+    LaunchError::Exec {
+        container: container.name.clone(),
+        message: format!(
+            "exec: {program:?}: {why} (the local kubelet's etcd image {image} holds only etcd, etcdctl and etcdutl)"
+        ),
+    }
+}
+
 /// The `PATH` a runtime gives a container whose image sets none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -297,12 +464,11 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 pub fn plan_pulled(
     pod: &Pod,
     container: &Container,
-    ip: Ipv4Addr,
-    host_ip: Ipv4Addr,
+    at: &PodEnv<'_>,
     mounts: &[(String, PathBuf)],
     image: &PulledImage,
 ) -> Result<LaunchPlan, LaunchError> {
-    let container_env = container_env(pod, container, ip, host_ip)?;
+    let container_env = container_env(pod, container, at)?;
     let vars: BTreeMap<&str, &str> = container_env
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -635,20 +801,45 @@ pub fn expand(s: &str, vars: &BTreeMap<&str, &str>) -> String {
     out
 }
 
-/// The container's environment, in order, with fieldRefs resolved and each
-/// value expanded against the variables defined before it.
+/// The container's environment, in order: `envFrom` sources first (a later
+/// one wins), then `env`, whose entries win and whose `value`s expand
+/// against the variables defined before them. `valueFrom` resolves
+/// fieldRefs and Secret/ConfigMap keys, as the kubelet does at a start.
 fn container_env(
     pod: &Pod,
     container: &Container,
-    ip: Ipv4Addr,
-    host_ip: Ipv4Addr,
+    at: &PodEnv<'_>,
 ) -> Result<Vec<(String, String)>, LaunchError> {
-    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(LaunchError::EnvFrom {
-            container: container.name.clone(),
-        });
-    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let source_error = |message: String| LaunchError::EnvSource {
+        container: container.name.clone(),
+        message,
+    };
     let mut env: Vec<(String, String)> = Vec::new();
+    for from in container.env_from.iter().flatten() {
+        let (kind, name, optional) = match (&from.secret_ref, &from.config_map_ref) {
+            (Some(s), _) => (SourceKind::Secret, &s.name, s.optional == Some(true)),
+            (None, Some(c)) => (SourceKind::ConfigMap, &c.name, c.optional == Some(true)),
+            (None, None) => continue,
+        };
+        let Some(data) = at
+            .sources
+            .object(kind, name, optional)
+            .map_err(source_error)?
+        else {
+            continue;
+        };
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        for (key, value) in data {
+            let var = format!("{prefix}{key}");
+            // The kubelet skips (with an event) keys that are no valid
+            // variable name.
+            if var.is_empty() || var.contains('=') {
+                continue;
+            }
+            set_env(&mut env, var, String::from_utf8_lossy(value).into_owned());
+        }
+    }
     for EnvVar {
         name,
         value,
@@ -667,15 +858,32 @@ fn container_env(
                 expand(v, &vars)
             }
             (None, None) => String::new(),
-            (None, Some(from)) => match &from.field_ref {
-                Some(f) => field(pod, &f.field_path, ip, host_ip)
-                    .ok_or_else(|| unsupported(&format!("fieldRef {}", f.field_path)))?,
-                None if from.secret_key_ref.is_some() => return Err(unsupported("secretKeyRef")),
-                None if from.config_map_key_ref.is_some() => {
-                    return Err(unsupported("configMapKeyRef"));
+            (None, Some(from)) => {
+                let keyed = match (&from.secret_key_ref, &from.config_map_key_ref) {
+                    (Some(s), _) => Some((SourceKind::Secret, &s.name, &s.key, s.optional)),
+                    (None, Some(c)) => Some((SourceKind::ConfigMap, &c.name, &c.key, c.optional)),
+                    (None, None) => None,
+                };
+                match (&from.field_ref, keyed) {
+                    (Some(f), _) => field(pod, &f.field_path, at.ip, at.host_ip)
+                        .ok_or_else(|| unsupported(&format!("fieldRef {}", f.field_path)))?,
+                    (None, Some((kind, source, key, optional))) => {
+                        match at
+                            .sources
+                            .key(kind, ns, source, key, optional == Some(true))
+                            .map_err(source_error)?
+                        {
+                            Some(v) => v,
+                            // Optional and absent: the variable is not set.
+                            None => continue,
+                        }
+                    }
+                    (None, None) if from.resource_field_ref.is_some() => {
+                        return Err(unsupported("resourceFieldRef"));
+                    }
+                    (None, None) => return Err(unsupported("this valueFrom")),
                 }
-                None => return Err(unsupported("this valueFrom")),
-            },
+            }
         };
         env.retain(|(k, _)| k != name);
         env.push((name.clone(), raw));
@@ -719,6 +927,19 @@ pub(crate) fn field(pod: &Pod, path: &str, ip: Ipv4Addr, host_ip: Ipv4Addr) -> O
 mod tests {
     use super::*;
     use serde_json::json;
+
+    static NO_SOURCES: EnvSources = EnvSources {
+        secrets: BTreeMap::new(),
+        config_maps: BTreeMap::new(),
+    };
+
+    fn at(ip: Ipv4Addr) -> PodEnv<'static> {
+        PodEnv {
+            ip,
+            host_ip: Ipv4Addr::LOCALHOST,
+            sources: &NO_SOURCES,
+        }
+    }
 
     fn release(dir: &str) -> EtcdBinaries {
         EtcdBinaries {
@@ -780,8 +1001,7 @@ mod tests {
         let plan = plan(
             &pod,
             c,
-            ip,
-            Ipv4Addr::LOCALHOST,
+            &at(ip),
             &[("/var/lib/etcd".into(), "/k/pvc/data".into())],
             &bins(),
             &[],
@@ -817,16 +1037,7 @@ mod tests {
         let mut pod = member_pod();
         pod.spec.as_mut().unwrap().containers[0].image = Some("quay.io/coreos/etcd:v3.6.99".into());
         let c = etcd_container(&pod).unwrap();
-        let err = plan(
-            &pod,
-            c,
-            Ipv4Addr::LOCALHOST,
-            Ipv4Addr::LOCALHOST,
-            &[],
-            &bins(),
-            &[],
-        )
-        .unwrap_err();
+        let err = plan(&pod, c, &at(Ipv4Addr::LOCALHOST), &[], &bins(), &[]).unwrap_err();
         let LaunchError::ImagePull { message, .. } = &err else {
             panic!("{err:?}");
         };
@@ -839,66 +1050,177 @@ mod tests {
         let mut pod = member_pod();
         pod.spec.as_mut().unwrap().containers[0].image = Some("example.com/x/y:1".into());
         let c = etcd_container(&pod).unwrap();
-        let p = plan(
-            &pod,
-            c,
-            Ipv4Addr::LOCALHOST,
-            Ipv4Addr::LOCALHOST,
-            &[],
-            &bins(),
-            &[],
-        )
-        .unwrap();
+        let p = plan(&pod, c, &at(Ipv4Addr::LOCALHOST), &[], &bins(), &[]).unwrap();
         assert_eq!(p.program, PathBuf::from("/opt/etcd/etcd"));
     }
 
     #[test]
-    fn a_shell_wrapper_is_refused_with_the_program_named() {
-        let mut pod = member_pod();
-        let c = &mut pod.spec.as_mut().unwrap().containers[0];
-        c.command = Some(vec!["/bin/sh".into(), "-c".into(), "exec etcd".into()]);
-        let c = etcd_container(&pod).unwrap();
-        let err = plan(
-            &pod,
-            c,
-            Ipv4Addr::LOCALHOST,
-            Ipv4Addr::LOCALHOST,
-            &[],
-            &bins(),
-            &[],
-        )
-        .unwrap_err();
-        assert_eq!(
-            err,
-            LaunchError::NotEtcd {
-                container: "etcd".into(),
-                program: "sh".into()
-            }
+    fn an_etcd_image_runs_the_program_its_command_names_and_nothing_else() {
+        let restore = |command: &[&str]| {
+            let mut pod = member_pod();
+            let c = &mut pod.spec.as_mut().unwrap().containers[0];
+            c.name = "restore".into();
+            c.command = Some(command.iter().map(|w| w.to_string()).collect());
+            c.args = Some(vec![
+                "snapshot".into(),
+                "restore".into(),
+                "/var/lib/etcd/restore.db".into(),
+                "--data-dir".into(),
+                "/var/lib/etcd/data".into(),
+            ]);
+            pod
+        };
+        let mounts = [("/var/lib/etcd".to_string(), PathBuf::from("/k/pvc/data"))];
+        for (command, program) in [
+            (&["etcdutl"][..], "/opt/etcd-3.5.21/etcdutl"),
+            (&["/usr/local/bin/etcdutl"], "/opt/etcd-3.5.21/etcdutl"),
+            (&["etcdctl"], "/opt/etcd-3.5.21/etcdctl"),
+            (&["/usr/local/bin/etcd"], "/opt/etcd-3.5.21/etcd"),
+        ] {
+            let pod = restore(command);
+            let c = &pod.spec.as_ref().unwrap().containers[0];
+            let p = plan(&pod, c, &at(Ipv4Addr::LOCALHOST), &mounts, &bins(), &[]).unwrap();
+            assert_eq!(p.program, PathBuf::from(program), "{command:?}");
+            assert_eq!(
+                p.args,
+                [
+                    "snapshot",
+                    "restore",
+                    "/k/pvc/data/restore.db",
+                    "--data-dir",
+                    "/k/pvc/data/data"
+                ],
+                "paths under the volume become its directory"
+            );
+        }
+
+        // Not in the image: a start error, as a runtime reports it.
+        let pod = restore(&["/bin/sh", "-c", "exec etcd"]);
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let err = plan(&pod, c, &at(Ipv4Addr::LOCALHOST), &[], &bins(), &[]).unwrap_err();
+        let LaunchError::Exec { container, message } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(container, "restore");
+        assert!(
+            message.contains("exec: \"/bin/sh\": stat /bin/sh: no such file or directory")
+                && message.contains("registry.k8s.io/etcd:3.5.21-0"),
+            "{message}"
+        );
+        let pod = restore(&["etcdadm"]);
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let err = plan(&pod, c, &at(Ipv4Addr::LOCALHOST), &[], &bins(), &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("exec: \"etcdadm\": executable file not found in $PATH"),
+            "{err}"
         );
     }
 
-    #[test]
-    fn a_secret_env_var_is_refused_by_name() {
+    fn with_env(env: serde_json::Value, env_from: serde_json::Value) -> Pod {
         let mut pod = member_pod();
         let c = &mut pod.spec.as_mut().unwrap().containers[0];
-        c.env.as_mut().unwrap().push(
-            serde_json::from_value(
-                json!({"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}),
-            )
-            .unwrap(),
+        c.env = serde_json::from_value(env).unwrap();
+        c.env_from = serde_json::from_value(env_from).unwrap();
+        pod
+    }
+
+    fn env_of(pod: &Pod, sources: &EnvSources) -> Result<Vec<(String, String)>, LaunchError> {
+        let at = PodEnv {
+            ip: Ipv4Addr::LOCALHOST,
+            host_ip: Ipv4Addr::LOCALHOST,
+            sources,
+        };
+        container_env(pod, &pod.spec.as_ref().unwrap().containers[0], &at)
+    }
+
+    fn data(pairs: &[(&str, &str)]) -> SourceRead {
+        Ok(Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+        ))
+    }
+
+    #[test]
+    fn env_from_secrets_and_config_maps_as_the_kubelet_resolves_it() {
+        let pod = with_env(
+            json!([
+                {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "access-key"}}},
+                {"name": "REGION", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "region"}}},
+                {"name": "URL", "value": "s3://$(BUCKET)/$(REGION)"},
+                {"name": "MAYBE", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}},
+                {"name": "NOKEY", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope", "optional": true}}},
+            ]),
+            json!([
+                {"configMapRef": {"name": "cfg"}, "prefix": "CFG_"},
+                {"secretRef": {"name": "gone", "optional": true}},
+                {"secretRef": {"name": "creds"}},
+            ]),
         );
-        let c = etcd_container(&pod).unwrap();
-        let err = plan(
-            &pod,
-            c,
-            Ipv4Addr::LOCALHOST,
-            Ipv4Addr::LOCALHOST,
-            &[],
-            &bins(),
-            &[],
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("env PASS: secretKeyRef"), "{err}");
+        assert_eq!(
+            EnvSources::wanted(&pod.spec.as_ref().unwrap().containers),
+            (
+                ["creds", "gone"].map(String::from).into(),
+                ["cfg"].map(String::from).into()
+            )
+        );
+        let mut sources = EnvSources::default();
+        sources.secrets.insert(
+            "creds".into(),
+            data(&[("access-key", "AK"), ("BUCKET", "b1")]),
+        );
+        sources.secrets.insert("gone".into(), Ok(None));
+        sources
+            .config_maps
+            .insert("cfg".into(), data(&[("region", "eu")]));
+        let env: BTreeMap<_, _> = env_of(&pod, &sources).unwrap().into_iter().collect();
+        assert_eq!(env["KEY"], "AK");
+        assert_eq!(env["REGION"], "eu");
+        assert_eq!(env["CFG_region"], "eu");
+        assert_eq!(env["BUCKET"], "b1", "envFrom without a prefix");
+        assert_eq!(env["URL"], "s3://b1/eu", "env expands envFrom's variables");
+        assert!(
+            !env.contains_key("MAYBE") && !env.contains_key("NOKEY"),
+            "{env:?}"
+        );
+
+        // Missing and not optional: the kubelet's messages, retried.
+        let mut missing = sources.clone();
+        missing.secrets.insert("creds".into(), Ok(None));
+        let err = env_of(&pod, &missing).unwrap_err();
+        assert!(matches!(err, LaunchError::EnvSource { .. }), "{err:?}");
+        assert_eq!(err.to_string(), "secrets \"creds\" not found");
+        let pod = with_env(
+            json!([{"name": "K", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "secret-key"}}}]),
+            json!(null),
+        );
+        assert_eq!(
+            env_of(&pod, &sources).unwrap_err().to_string(),
+            "couldn't find key secret-key in Secret team-a/creds"
+        );
+        let mut unreadable = sources.clone();
+        unreadable.secrets.insert(
+            "creds".into(),
+            Err("reading secret \"creds\": forbidden".into()),
+        );
+        assert!(
+            env_of(&pod, &unreadable)
+                .unwrap_err()
+                .to_string()
+                .contains("forbidden")
+        );
+        let pod = with_env(
+            json!([{"name": "R", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]),
+            json!(null),
+        );
+        assert!(
+            env_of(&pod, &sources)
+                .unwrap_err()
+                .to_string()
+                .contains("env R: resourceFieldRef is not supported"),
+        );
     }
 
     #[test]
@@ -919,16 +1241,7 @@ mod tests {
         assert!(etcd_container(&pod).is_none());
         let c = runnable_container(&pod, &images, &[]).expect("the mapped image is runnable");
         let mounts = [("/tmp".to_string(), PathBuf::from("/k/pods/op/volumes/tmp"))];
-        let plan = plan(
-            &pod,
-            c,
-            Ipv4Addr::LOCALHOST,
-            Ipv4Addr::LOCALHOST,
-            &mounts,
-            &bins(),
-            &images,
-        )
-        .unwrap();
+        let plan = plan(&pod, c, &at(Ipv4Addr::LOCALHOST), &mounts, &bins(), &images).unwrap();
         assert_eq!(plan.program, PathBuf::from("/build/etcd-steward"));
         assert_eq!(plan.args, ["run", "--leader-elect", "--name=op-1"]);
         assert_eq!(
@@ -946,8 +1259,7 @@ mod tests {
         let err = super::plan(
             &with_command,
             c,
-            Ipv4Addr::LOCALHOST,
-            Ipv4Addr::LOCALHOST,
+            &at(Ipv4Addr::LOCALHOST),
             &[],
             &bins(),
             &images,
@@ -1009,8 +1321,7 @@ mod tests {
         plan_pulled(
             pod,
             &pod.spec.as_ref().unwrap().containers[0],
-            "127.20.0.9".parse().unwrap(),
-            Ipv4Addr::LOCALHOST,
+            &at("127.20.0.9".parse().unwrap()),
             &mounts,
             image,
         )

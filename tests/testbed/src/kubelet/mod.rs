@@ -189,7 +189,11 @@ pub struct Kubelet {
 pub struct PodInfo {
     pub ip: Ipv4Addr,
     pub names: Vec<String>,
+    /// The regular container's log (see [`Kubelet::container_log`] for
+    /// init containers').
     pub log_path: PathBuf,
+    /// The process running now: an init container's while the Pod
+    /// initializes, then the regular container's.
     pub pid: Option<u32>,
     pub frozen: bool,
     /// False after [`Kubelet::make_unresolvable`] or once the Pod is gone.
@@ -266,6 +270,15 @@ impl Kubelet {
         })
     }
 
+    /// The log file of the Pod's container (init or regular) `container`:
+    /// `ROOT/pods/<ns>_<pod>_<uid>/<container>.log`, appended across
+    /// restarts. It may not exist yet; it outlives the Pod.
+    pub fn container_log(&self, namespace: &str, name: &str, container: &str) -> Option<PathBuf> {
+        self.entry(namespace, name, |e| {
+            e.log_path.with_file_name(format!("{container}.log"))
+        })
+    }
+
     fn entry<T>(
         &self,
         namespace: &str,
@@ -300,8 +313,9 @@ impl Kubelet {
             .map_err(|e| anyhow!("pod {namespace}/{name}: {e}"))
     }
 
-    /// SIGKILLs the Pod's etcd; the container terminates (exit 137) and is
-    /// restarted or not per restartPolicy. Returns the PID killed.
+    /// SIGKILLs the Pod's running container (etcd; an init container while
+    /// the Pod initializes); it terminates (exit 137) and is restarted or
+    /// not per restartPolicy. Returns the PID killed.
     pub async fn kill(&self, namespace: &str, name: &str) -> Result<u32> {
         self.ask(namespace, name, Command::Kill).await
     }

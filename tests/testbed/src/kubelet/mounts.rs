@@ -1,14 +1,22 @@
 //! A container's view of its volumes for a process that is not etcd (the
-//! operator): its own mount namespace, with each volume bind-mounted at its
-//! mountPath, so `/var/run/secrets/kubernetes.io/serviceaccount/token` is
-//! where in-cluster clients look for it.
+//! operator, a pulled image): its own mount namespace, with each volume
+//! bind-mounted at its mountPath, so `/var/run/secrets/kubernetes.io/serviceaccount/token`
+//! is where in-cluster clients look for it, and `/var/lib/etcd` is the
+//! member's claim for an init container that shares it with etcd.
 //!
-//! Paths under `/run` (and `/var/run`, its symlink) are made on a tmpfs
-//! mounted over `/run` in that namespace, as a container has a `/run` of
-//! its own; nothing is created on the machine. Any other mountPath must
-//! already exist here (`/tmp` does).
+//! Nothing is created on the machine. Paths under `/run` (and `/var/run`,
+//! its symlink) are made on a tmpfs mounted over `/run` in that namespace,
+//! as a container has a `/run` of its own. Any other mountPath missing
+//! here is made as a runtime makes it in a container's rootfs: the nearest
+//! directory above it that exists (`/var/lib` for `/var/lib/etcd`) is
+//! covered, in that namespace only, by a tmpfs holding that directory's
+//! entries again (each bind-mounted from the original, symlinks copied)
+//! and the missing directories. The root itself is never covered: a
+//! mountPath right under `/` (`/data`) must exist here. A mountPath under
+//! another volume's is made inside that volume, as a runtime does.
 
 use std::ffi::{CStr, CString};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -20,53 +28,130 @@ use nix::sys::stat::Mode;
 pub(crate) struct Private {
     active: bool,
     tmpfs_run: bool,
-    mkdirs: Vec<CString>,
-    /// (source, target). Every source is opened before the first bind and
-    /// mounted through `/proc/self/fd/N`, so a bind over `/tmp` cannot hide
-    /// the source of a later bind that lives under `/tmp`. They are opened
-    /// after `unshare`: the kernel binds only mounts of the caller's own
-    /// namespace.
-    binds: Vec<(CString, CString)>,
-    /// Capacity for one fd per bind, reserved before the fork.
+    /// Directories of the machine covered by a copy of themselves, so that
+    /// missing mountPaths can be made in them.
+    shadows: Vec<Shadow>,
+    /// In mount order: a volume before the volumes under its mountPath.
+    /// Every source is opened before the first mount and mounted through
+    /// `/proc/self/fd/N`, so a bind over `/tmp` cannot hide the source of a
+    /// later bind that lives under `/tmp`. They are opened after `unshare`:
+    /// the kernel binds only mounts of the caller's own namespace.
+    binds: Vec<Bind>,
+    /// Capacity for one fd per bind and per shadow, reserved before the fork.
     fds: Vec<std::os::fd::RawFd>,
 }
+
+struct Bind {
+    source: CString,
+    target: CString,
+    /// Made (if missing) before the bind, outermost first: the target and
+    /// its ancestors below a shadow, `/run`, or another volume.
+    mkdirs: Vec<CString>,
+}
+
+struct Shadow {
+    dir: CString,
+    /// tmpfs options keeping the directory's mode and owner.
+    options: CString,
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    /// Its name in the directory (bound from `/proc/self/fd/N/<name>`).
+    name: CString,
+    /// Its path in the copy.
+    path: CString,
+    kind: EntryKind,
+}
+
+enum EntryKind {
+    Dir,
+    /// Anything bind-mountable onto a file: files, sockets, devices, fifos.
+    File,
+    Symlink(CString),
+}
+
+/// The longest `/proc/self/fd/N/<name>` (a name has at most 255 bytes).
+const ENTRY_PATH_MAX: usize = 320;
 
 impl Private {
     /// `binds` are (local directory, mountPath) pairs.
     pub(crate) fn new(binds: &[(PathBuf, String)]) -> std::io::Result<Private> {
-        let mut mkdirs = Vec::new();
+        let targets: Vec<PathBuf> = binds
+            .iter()
+            .map(|(_, target)| {
+                PathBuf::from(match target.strip_prefix("/var/run/") {
+                    Some(rest) => format!("/run/{rest}"),
+                    None => target.clone(),
+                })
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..binds.len()).collect();
+        order.sort_by_key(|&i| targets[i].components().count());
         let mut tmpfs_run = false;
+        let mut shadowed: Vec<PathBuf> = Vec::new();
         let mut prepared = Vec::new();
-        for (local, target) in binds {
-            let target = match target.strip_prefix("/var/run/") {
-                Some(rest) => format!("/run/{rest}"),
-                None => target.clone(),
-            };
-            if let Some(rest) = target.strip_prefix("/run/") {
+        for i in order {
+            let target = &targets[i];
+            // The nearest ancestor that is another volume's mountPath.
+            let in_volume = targets
+                .iter()
+                .filter(|t| *t != target && target.starts_with(t))
+                .max_by_key(|t| t.components().count());
+            let base: Option<PathBuf> = if let Some(v) = in_volume {
+                Some(v.clone())
+            } else if target.starts_with("/run") {
                 tmpfs_run = true;
-                let mut dir = PathBuf::from("/run");
-                for part in Path::new(rest).components() {
+                Some(PathBuf::from("/run"))
+            } else if target.is_dir() {
+                None
+            } else {
+                let above = existing_ancestor(target)?;
+                if above == Path::new("/") {
+                    return Err(std::io::Error::other(format!(
+                        "mountPath {} does not exist on this machine; the local kubelet makes missing mountPaths only below an existing directory other than /",
+                        target.display()
+                    )));
+                }
+                if !shadowed.contains(&above) {
+                    shadowed.push(above.clone());
+                }
+                Some(above)
+            };
+            let mut mkdirs = Vec::new();
+            if let Some(base) = base {
+                let rest = target.strip_prefix(&base).unwrap_or(Path::new(""));
+                let mut dir = base;
+                for part in rest.components() {
                     dir.push(part);
                     mkdirs.push(cstring(&dir)?);
                 }
-            } else if !Path::new(&target).is_dir() {
-                return Err(std::io::Error::other(format!(
-                    "mountPath {target} does not exist on this machine; the local kubelet creates mountPaths only under /run"
-                )));
             }
-            prepared.push((cstring(local)?, cstring(Path::new(&target))?));
+            prepared.push(Bind {
+                source: cstring(&binds[i].0)?,
+                target: cstring(target)?,
+                mkdirs,
+            });
         }
+        // Outer directories first: an inner one is then covered in the
+        // outer one's copy.
+        shadowed.sort_by_key(|d| d.components().count());
+        let shadows = shadowed
+            .iter()
+            .map(|d| Shadow::of(d))
+            .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Private {
             active: !binds.is_empty(),
             tmpfs_run,
-            mkdirs,
-            fds: Vec::with_capacity(prepared.len()),
+            fds: Vec::with_capacity(prepared.len() + shadows.len()),
+            shadows,
             binds: prepared,
         })
     }
 
     /// Runs in the child between fork and exec: system calls only, and no
-    /// allocation (`fds` has its capacity already).
+    /// allocation (`fds` has its capacity already, paths are formatted on
+    /// the stack).
     pub(crate) fn enter(&mut self) -> std::io::Result<()> {
         if !self.active {
             return Ok(());
@@ -81,6 +166,34 @@ impl Private {
             MsFlags::MS_REC | MsFlags::MS_PRIVATE,
             none,
         )?;
+        use nix::fcntl::OFlag;
+        let open_path = |p: &CStr| -> std::io::Result<std::os::fd::RawFd> {
+            let fd = nix::fcntl::open(
+                p,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?;
+            Ok(std::os::fd::IntoRawFd::into_raw_fd(fd))
+        };
+        // Sources first: nothing is covered yet.
+        for bind in &self.binds {
+            let fd = open_path(&bind.source)?;
+            self.fds.push(fd);
+        }
+        for shadow in &self.shadows {
+            let original = open_path(&shadow.dir)?;
+            self.fds.push(original);
+            mount(
+                Some(c"tmpfs"),
+                shadow.dir.as_c_str(),
+                Some(c"tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(shadow.options.as_c_str()),
+            )?;
+            for entry in &shadow.entries {
+                entry.copy(original)?;
+            }
+        }
         if self.tmpfs_run {
             mount(
                 Some(c"tmpfs"),
@@ -90,27 +203,18 @@ impl Private {
                 none,
             )?;
         }
-        for dir in &self.mkdirs {
-            match nix::unistd::mkdir(dir.as_c_str(), Mode::from_bits_truncate(0o755)) {
-                Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(e.into()),
+        for (fd, bind) in self.fds.iter().zip(&self.binds) {
+            for dir in &bind.mkdirs {
+                match nix::unistd::mkdir(dir.as_c_str(), Mode::from_bits_truncate(0o755)) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
-        }
-        use nix::fcntl::OFlag;
-        for (source, _) in &self.binds {
-            let fd = nix::fcntl::open(
-                source.as_c_str(),
-                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )?;
-            self.fds.push(std::os::fd::IntoRawFd::into_raw_fd(fd));
-        }
-        for (fd, (_, target)) in self.fds.iter().zip(&self.binds) {
             let mut buf = [0u8; 32];
             let source = fd_path(*fd, &mut buf);
             mount(
                 Some(source),
-                target.as_c_str(),
+                bind.target.as_c_str(),
                 none,
                 MsFlags::MS_BIND,
                 none,
@@ -118,6 +222,118 @@ impl Private {
         }
         Ok(())
     }
+}
+
+/// The nearest ancestor of `path` that exists (it must be a directory).
+fn existing_ancestor(path: &Path) -> std::io::Result<PathBuf> {
+    let mut dir = path.to_path_buf();
+    while !dir.exists() {
+        if !dir.pop() {
+            break;
+        }
+    }
+    if !dir.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "mountPath {}: {} is not a directory on this machine",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+impl Shadow {
+    fn of(dir: &Path) -> std::io::Result<Shadow> {
+        let meta = std::fs::metadata(dir)?;
+        let mut entries = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let kind = match e.file_type()? {
+                t if t.is_dir() => EntryKind::Dir,
+                t if t.is_symlink() => EntryKind::Symlink(cstring(&std::fs::read_link(e.path())?)?),
+                _ => EntryKind::File,
+            };
+            let name =
+                CString::new(e.file_name().as_encoded_bytes()).map_err(std::io::Error::other)?;
+            if name.as_bytes().len() + 32 > ENTRY_PATH_MAX {
+                return Err(std::io::Error::other(format!(
+                    "{}: name too long to copy",
+                    e.path().display()
+                )));
+            }
+            entries.push(Entry {
+                name,
+                path: cstring(&e.path())?,
+                kind,
+            });
+        }
+        let options = format!(
+            "mode={:o},uid={},gid={}",
+            meta.mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
+        );
+        Ok(Shadow {
+            dir: cstring(dir)?,
+            options: CString::new(options).map_err(std::io::Error::other)?,
+            entries,
+        })
+    }
+}
+
+impl Entry {
+    /// Makes the entry again in the copy: a symlink as it was, anything
+    /// else bound from the original directory (`original`, an fd).
+    fn copy(&self, original: std::os::fd::RawFd) -> std::io::Result<()> {
+        use nix::fcntl::OFlag;
+        match &self.kind {
+            EntryKind::Symlink(target) => {
+                return nix::unistd::symlinkat(
+                    target.as_c_str(),
+                    nix::fcntl::AT_FDCWD,
+                    self.path.as_c_str(),
+                )
+                .map_err(Into::into);
+            }
+            EntryKind::Dir => {
+                nix::unistd::mkdir(self.path.as_c_str(), Mode::from_bits_truncate(0o755))?
+            }
+            EntryKind::File => drop(nix::fcntl::open(
+                self.path.as_c_str(),
+                OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o644),
+            )?),
+        }
+        let mut buf = [0u8; ENTRY_PATH_MAX];
+        let source = entry_path(original, &self.name, &mut buf);
+        match mount(
+            Some(source),
+            self.path.as_c_str(),
+            None::<&CStr>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&CStr>,
+        ) {
+            // Gone since it was listed: nothing to copy.
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// `/proc/self/fd/<fd>/<name>` in `buf`, without allocating.
+fn entry_path<'a>(
+    fd: std::os::fd::RawFd,
+    name: &CStr,
+    buf: &'a mut [u8; ENTRY_PATH_MAX],
+) -> &'a CStr {
+    let mut dir = [0u8; 32];
+    let prefix = fd_path(fd, &mut dir).to_bytes();
+    let name = name.to_bytes();
+    buf[..prefix.len()].copy_from_slice(prefix);
+    buf[prefix.len()] = b'/';
+    buf[prefix.len() + 1..prefix.len() + 1 + name.len()].copy_from_slice(name);
+    buf[prefix.len() + 1 + name.len()] = 0;
+    CStr::from_bytes_until_nul(&buf[..]).expect("a NUL was written")
 }
 
 /// `/proc/self/fd/<fd>` in `buf`, without allocating.
@@ -148,6 +364,84 @@ fn cstring(p: &Path) -> std::io::Result<CString> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    #[test]
+    fn entry_paths_are_formatted_without_allocating() {
+        let mut buf = [0u8; super::ENTRY_PATH_MAX];
+        assert_eq!(
+            super::entry_path(12, c"etcd", &mut buf).to_str().unwrap(),
+            "/proc/self/fd/12/etcd"
+        );
+    }
+
+    #[test]
+    fn missing_mount_paths_are_made_below_the_nearest_existing_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("var/lib");
+        std::fs::create_dir_all(base.join("dpkg")).unwrap();
+        std::fs::write(base.join("file"), "").unwrap();
+        std::os::unix::fs::symlink("dpkg", base.join("link")).unwrap();
+        let at = |p: &str| format!("{}{p}", t.path().display());
+        let binds = [
+            (PathBuf::from("/k/wal"), at("/var/lib/etcd/wal")),
+            (PathBuf::from("/k/data"), at("/var/lib/etcd")),
+            (PathBuf::from("/k/token"), "/var/run/secrets/x".to_string()),
+        ];
+        let p = super::Private::new(&binds).unwrap();
+        let show = |c: &std::ffi::CString| c.to_str().unwrap().to_string();
+        let order: Vec<_> = p.binds.iter().map(|b| show(&b.target)).collect();
+        assert_eq!(
+            order,
+            [
+                "/run/secrets/x".to_string(),
+                at("/var/lib/etcd"),
+                at("/var/lib/etcd/wal")
+            ],
+            "outer volumes first"
+        );
+        assert!(p.tmpfs_run);
+        let mkdirs = |i: usize| -> Vec<String> { p.binds[i].mkdirs.iter().map(show).collect() };
+        assert_eq!(mkdirs(0), ["/run/secrets", "/run/secrets/x"]);
+        assert_eq!(mkdirs(1), [at("/var/lib/etcd")]);
+        assert_eq!(
+            mkdirs(2),
+            [at("/var/lib/etcd/wal")],
+            "made inside the volume"
+        );
+        assert_eq!(p.shadows.len(), 1);
+        assert_eq!(show(&p.shadows[0].dir), at("/var/lib"));
+        let mut entries: Vec<_> = p.shadows[0]
+            .entries
+            .iter()
+            .map(|e| {
+                let kind = match &e.kind {
+                    super::EntryKind::Dir => "dir".to_string(),
+                    super::EntryKind::File => "file".to_string(),
+                    super::EntryKind::Symlink(t) => format!("-> {}", show(t)),
+                };
+                (show(&e.name), kind)
+            })
+            .collect();
+        entries.sort();
+        assert_eq!(
+            entries,
+            [
+                ("dpkg".to_string(), "dir".to_string()),
+                ("file".into(), "file".into()),
+                ("link".into(), "-> dpkg".into())
+            ]
+        );
+
+        // An existing mountPath needs nothing made; one right under / is refused.
+        let p = super::Private::new(&[(PathBuf::from("/k"), at("/var/lib/dpkg"))]).unwrap();
+        assert!(p.shadows.is_empty() && p.binds[0].mkdirs.is_empty());
+        let err = super::Private::new(&[(PathBuf::from("/k"), "/no-such-top-level-dir".into())])
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("other than /"), "{err}");
+    }
+
     #[test]
     fn fd_paths_are_formatted_without_allocating() {
         let mut buf = [0u8; 32];

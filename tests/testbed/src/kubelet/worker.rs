@@ -1,14 +1,17 @@
-//! One Pod's life on the local node: prepare volumes, run the etcd process,
+//! One Pod's life on the local node: prepare volumes, run its init
+//! containers one at a time to completion, then its regular container,
 //! probe it, restart it per restartPolicy, report every change through the
 //! status subresource, and stop it when the Pod is deleted.
 //!
 //! Each Pod gets its own task. Everything that changes the process (exit,
 //! probe verdicts, fault verbs, deletion) is handled in that one task, so the
-//! PID it signals is always its own unreaped child.
+//! PID it signals is always its own unreaped child. At most one process
+//! runs per Pod: an init container's, or, once they have all completed, the
+//! regular container's.
 //!
 //! This file holds the worker's state, its event loop, preparing and
 //! fault verbs; `volumes` resolves the Pod's volumes, `container` runs and
-//! restarts the process, `probing` runs its probes, `pod_status` reports.
+//! restarts the processes, `probing` runs the probes, `pod_status` reports.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -18,7 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use kube::api::{Api, DeleteParams, Preconditions};
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -27,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Node;
-use super::launch::{self, LaunchPlan};
+use super::launch::{self, EnvSources, LaunchPlan};
 use super::probe::ProbeState;
 
 mod container;
@@ -85,6 +89,84 @@ enum Wake {
     PullWait,
 }
 
+/// One container's bookkeeping: the Pod's regular container, or one of
+/// its init containers. Only one container's process runs at a time (init
+/// containers one after another, then the regular one), so the process
+/// itself, its probes and the pull in progress live in [`Worker`].
+pub(super) struct Slot {
+    container: Container,
+    /// `ROOT/pods/<ns>_<pod>_<uid>/<container>.log`.
+    log_path: PathBuf,
+    /// An init container: reported in `initContainerStatuses`.
+    init: bool,
+    /// The kubelet can run its image at all (etcd, mapped or pulled).
+    runnable: bool,
+    /// Its image is pulled from a registry (kubelet/images.rs); its plan is
+    /// made after each pull.
+    pulls: bool,
+    /// (mountPath, directory) for each of its volumeMounts, once prepared.
+    mounts: Vec<(String, PathBuf)>,
+    /// The plan of its latest start.
+    plan: Option<LaunchPlan>,
+    /// The image the last pull gave, until the start that uses it.
+    pulled: Option<super::images::PulledImage>,
+    /// The `imageID` of the image last pulled, for the status.
+    image_id: Option<String>,
+    waiting: (String, Option<String>),
+    /// `local://PID` of its latest process (kept once it has exited).
+    container_id: Option<String>,
+    runs: u32,
+    started_at: Option<Timestamp>,
+    started_instant: Option<Instant>,
+    /// Its current terminated state, if it is not running.
+    terminated: Option<Value>,
+    last_state: Option<Value>,
+    last_exit: Option<i32>,
+    restart_count: i32,
+    /// The delay before its next restart: zero (immediate), then doubling.
+    backoff: Duration,
+}
+
+impl Slot {
+    fn new(
+        container: Container,
+        init: bool,
+        dir: &std::path::Path,
+        node: &Node,
+        waiting: &str,
+    ) -> Self {
+        let config = &node.config;
+        Slot {
+            log_path: dir.join(format!("{}.log", container.name)),
+            init,
+            runnable: launch::runs(&container, &config.images, &config.registries),
+            pulls: launch::pulled_image(&container, &config.images, &config.registries),
+            container,
+            mounts: Vec::new(),
+            plan: None,
+            pulled: None,
+            image_id: None,
+            waiting: (waiting.into(), None),
+            container_id: None,
+            runs: 0,
+            started_at: None,
+            started_instant: None,
+            terminated: None,
+            last_state: None,
+            last_exit: None,
+            restart_count: 0,
+            backoff: Duration::ZERO,
+        }
+    }
+
+    /// Ran to completion (exit 0): an init container's work is done.
+    fn completed(&self) -> bool {
+        self.terminated
+            .as_ref()
+            .is_some_and(|t| t["terminated"]["exitCode"] == 0)
+    }
+}
+
 pub(crate) struct Worker {
     node: Arc<Node>,
     pod: Pod,
@@ -93,45 +175,37 @@ pub(crate) struct Worker {
     uid: String,
     ip: Ipv4Addr,
     dir: PathBuf,
-    log_path: PathBuf,
-    container: Container,
-    plan: Option<LaunchPlan>,
-    /// Set when the container cannot be started at all.
-    config_error: Option<String>,
-    /// Set while volumes are not ready yet (e.g. the PVC does not exist).
+    /// The regular container the kubelet runs.
+    main: Slot,
+    /// The Pod's init containers, in order.
+    inits: Vec<Slot>,
+    /// How many init containers have completed: the one at this index runs
+    /// (or starts next); when all have, the regular container runs. Never
+    /// goes back: a restarted regular container does not re-run them.
+    init_done: usize,
+    /// The volumes are set up (once per Pod, as a kubelet mounts them).
+    volumes_ready: bool,
+    /// The volumes are ready and the env's Secrets and ConfigMaps read.
+    prepared: bool,
+    sources: EnvSources,
+    /// Set while volumes are not ready yet (e.g. the PVC does not exist),
+    /// or a Secret the env names is missing: when to prepare again.
     prepare_at: Option<Instant>,
-    /// The container's image is pulled from a registry (kubelet/images.rs);
-    /// its plan is made after each pull.
-    pulls: bool,
-    /// The volumes (mountPath, directory) of a pulled container, once ready.
-    mounts: Option<Vec<(String, PathBuf)>>,
     pulling: Option<PullTask>,
-    /// The image the last pull gave, until the start that uses it.
-    pulled: Option<super::images::PulledImage>,
-    /// The `imageID` of the image last pulled, for the status.
-    image_id: Option<String>,
     /// After a failed pull: when to show ImagePullBackOff / pull again.
     pull_wait: Option<(Instant, PullWait)>,
     pull_backoff: Duration,
-    waiting: (String, Option<String>),
 
+    /// The process now running: an init container's while the Pod
+    /// initializes, then the regular container's.
     child: Option<Child>,
     pid: Option<u32>,
-    runs: u32,
-    started_at: Option<Timestamp>,
-    started_instant: Option<Instant>,
-    /// The container's current terminated state, if it is not running.
-    terminated: Option<Value>,
-    last_state: Option<Value>,
-    last_exit: Option<i32>,
-    restart_count: i32,
     ready: bool,
     readiness: Option<ProbeState>,
     liveness: Option<ProbeState>,
     phase: &'static str,
     frozen: bool,
     restart_at: Option<Instant>,
-    backoff: Duration,
     kill_at: Option<Instant>,
     stopping: Option<Stop>,
     deleting: bool,
@@ -157,6 +231,10 @@ async fn sleep_opt(at: Option<Instant>) {
     }
 }
 
+/// How long a container waits with `CreateContainerConfigError` for a
+/// missing Secret or ConfigMap before the kubelet looks again.
+const ENV_SOURCE_RETRY: Duration = Duration::from_secs(2);
+
 impl Worker {
     pub(crate) fn new(
         node: Arc<Node>,
@@ -173,9 +251,24 @@ impl Worker {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let node_up = *node.up.borrow();
-        let pulls = launch::pulled_image(&container, &node.config.images, &node.config.registries);
+        let init_containers = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.clone())
+            .unwrap_or_default();
+        // As the kubelet: every container waits with PodInitializing while
+        // a Pod has init containers to run, else with ContainerCreating.
+        let waiting = if init_containers.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        };
+        let inits = init_containers
+            .into_iter()
+            .map(|c| Slot::new(c, true, &dir, &node, waiting))
+            .collect();
+        let main = Slot::new(container, false, &dir, &node, waiting);
         Worker {
-            log_path: dir.join(format!("{}.log", container.name)),
             node,
             pod,
             ns,
@@ -183,34 +276,24 @@ impl Worker {
             uid,
             ip,
             dir,
-            container,
-            plan: None,
-            config_error: None,
+            main,
+            inits,
+            init_done: 0,
+            volumes_ready: false,
+            prepared: false,
+            sources: EnvSources::default(),
             prepare_at: Some(Instant::now()),
-            pulls,
-            mounts: None,
             pulling: None,
-            pulled: None,
-            image_id: None,
             pull_wait: None,
             pull_backoff: Duration::ZERO,
-            waiting: ("ContainerCreating".into(), None),
             child: None,
             pid: None,
-            runs: 0,
-            started_at: None,
-            started_instant: None,
-            terminated: None,
-            last_state: None,
-            last_exit: None,
-            restart_count: 0,
             ready: false,
             readiness: None,
             liveness: None,
             phase: "Pending",
             frozen: false,
             restart_at: None,
-            backoff: Duration::ZERO,
             kill_at: None,
             stopping: None,
             deleting: false,
@@ -222,6 +305,32 @@ impl Worker {
             last_written: None,
             status_retry_at: None,
             done: false,
+        }
+    }
+
+    /// Every init container has completed (or there are none).
+    fn initialized(&self) -> bool {
+        self.init_done >= self.inits.len()
+    }
+
+    /// The container that runs now, or starts next.
+    fn cur(&mut self) -> &mut Slot {
+        match self.inits.get_mut(self.init_done) {
+            Some(slot) => slot,
+            None => &mut self.main,
+        }
+    }
+
+    fn cur_ref(&self) -> &Slot {
+        self.inits.get(self.init_done).unwrap_or(&self.main)
+    }
+
+    /// The waiting reason of a container not started yet.
+    fn not_started_reason(&self) -> &'static str {
+        if self.inits.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
         }
     }
 
@@ -310,78 +419,111 @@ impl Worker {
 
     // ----- preparing --------------------------------------------------------
 
-    /// Creates the volumes' directories `dirs`, keeps what the start needs
-    /// (`keep`: the mounts of a pulled image, or a local plan), then starts
-    /// the container unless the test holds it.
-    fn start_prepared(&mut self, dirs: &[PathBuf], keep: impl FnOnce(&mut Self)) {
-        for dir in dirs {
-            if let Err(e) = std::fs::create_dir_all(dir) {
-                return self.config_failed(format!("creating {}: {e}", dir.display()));
-            }
+    /// Sets up every volume the Pod's containers mount (a kubelet mounts
+    /// all of a Pod's volumes before its first container starts), reads
+    /// the Secrets and ConfigMaps their env names, then starts the first
+    /// container due (an init container, if any) unless the test holds it.
+    async fn prepare(&mut self) {
+        self.prepare_at = None;
+        if self.prepared || self.deleting || matches!(self.phase, "Succeeded" | "Failed") {
+            return;
         }
-        keep(self);
+        if !self.volumes_ready {
+            let dirs = match self.volumes().await {
+                Ok(dirs) => dirs,
+                Err(VolumeError::NotYet(msg)) => {
+                    let reason = self.not_started_reason();
+                    self.cur().waiting = (reason.into(), Some(msg));
+                    self.prepare_at = Some(Instant::now() + Duration::from_secs(1));
+                    return;
+                }
+                Err(VolumeError::Unsupported(msg)) => return self.config_failed(msg),
+            };
+            for dir in dirs.values() {
+                if let Err(e) = std::fs::create_dir_all(dir) {
+                    return self.config_failed(format!("creating {}: {e}", dir.display()));
+                }
+            }
+            for slot in self.inits.iter_mut().chain(std::iter::once(&mut self.main)) {
+                slot.mounts = match volumes::mounts_for(&slot.container, &dirs) {
+                    Ok(m) => m,
+                    Err(msg) => return self.config_failed(msg),
+                };
+            }
+            self.volumes_ready = true;
+        }
+        self.sources = self.env_sources().await;
+        self.prepared = true;
         if self.may_start() {
             self.start_container();
         } else if self.node.is_held(&self.ns, &self.name) {
-            self.waiting = (
-                "ContainerCreating".into(),
+            let reason = self.not_started_reason();
+            self.cur().waiting = (
+                reason.into(),
                 Some("held by the test (Kubelet::hold_starts)".into()),
             );
         }
     }
 
-    async fn prepare(&mut self) {
-        self.prepare_at = None;
-        if self.phase != "Pending" || self.prepared() {
-            return;
+    /// Reads the Secrets and ConfigMaps the containers' env names, with the
+    /// kubelet's own client (the Node authorizer lets it read those its
+    /// Pods name). A missing one is recorded, not an error: only a
+    /// container that needs it fails, when it starts.
+    async fn env_sources(&self) -> EnvSources {
+        let containers = self
+            .inits
+            .iter()
+            .chain(std::iter::once(&self.main))
+            .map(|s| &s.container);
+        let (secrets, config_maps) = EnvSources::wanted(containers);
+        let mut sources = EnvSources::default();
+        let secrets_api: Api<Secret> = Api::namespaced(self.node.client.clone(), &self.ns);
+        for name in secrets {
+            let read = match secrets_api.get_opt(&name).await {
+                Ok(s) => Ok(s.map(|s| {
+                    s.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, ByteString(v))| (k, v))
+                        .collect()
+                })),
+                Err(e) => Err(format!("reading secret {name:?}: {e}")),
+            };
+            sources.secrets.insert(name, read);
         }
-        match self.volumes().await {
-            Ok(mounts) if self.pulls => {
-                let dirs: Vec<PathBuf> = mounts.iter().map(|(_, d)| d.clone()).collect();
-                self.start_prepared(&dirs, |w| w.mounts = Some(mounts));
-            }
-            Ok(mounts) => {
-                let host_ip = self.node.host_ip;
-                match launch::plan(
-                    &self.pod,
-                    &self.container,
-                    self.ip,
-                    host_ip,
-                    &mounts,
-                    &self.node.releases,
-                    &self.node.config.images,
-                ) {
-                    Ok(plan) => {
-                        let dirs: Vec<PathBuf> = mounts.iter().map(|(_, d)| d.clone()).collect();
-                        self.start_prepared(&dirs, |w| w.plan = Some(plan));
-                    }
-                    Err(e @ launch::LaunchError::ImagePull { .. }) => {
-                        // A kubelet retries a failed pull with back-off; the
-                        // local one has nothing new to pull until the Pod
-                        // changes, so it reports the failure and waits.
-                        tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{e}");
-                        self.waiting = ("ErrImagePull".into(), Some(e.to_string()));
-                    }
-                    Err(e) => self.config_failed(e.to_string()),
-                }
-            }
-            Err(VolumeError::NotYet(msg)) => {
-                self.waiting = ("ContainerCreating".into(), Some(msg));
-                self.prepare_at = Some(Instant::now() + Duration::from_secs(1));
-            }
-            Err(VolumeError::Unsupported(msg)) => self.config_failed(msg),
+        let config_maps_api: Api<ConfigMap> = Api::namespaced(self.node.client.clone(), &self.ns);
+        for name in config_maps {
+            let read = match config_maps_api.get_opt(&name).await {
+                // Env reads only `data`, as the kubelet's does.
+                Ok(c) => Ok(c.map(|c| {
+                    c.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.into_bytes()))
+                        .collect()
+                })),
+                Err(e) => Err(format!("reading configmap {name:?}: {e}")),
+            };
+            sources.config_maps.insert(name, read);
         }
+        sources
     }
 
-    /// Volumes are ready (and, but for a pulled image, the plan made).
-    fn prepared(&self) -> bool {
-        self.plan.is_some() || self.mounts.is_some()
+    /// A Secret or ConfigMap the starting container's env needs is missing:
+    /// it waits with `CreateContainerConfigError`, and the kubelet reads
+    /// them again shortly, as a kubelet retries on its next sync.
+    fn env_source_missing(&mut self, msg: String) {
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), "{msg}");
+        self.cur().waiting = ("CreateContainerConfigError".into(), Some(msg));
+        self.prepared = false;
+        self.prepare_at = Some(Instant::now() + ENV_SOURCE_RETRY);
     }
 
+    /// The container due cannot be started as specified: it waits with
+    /// `CreateContainerConfigError` until the Pod is deleted.
     fn config_failed(&mut self, msg: String) {
         tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "cannot start: {msg}");
-        self.config_error = Some(msg.clone());
-        self.waiting = ("CreateContainerConfigError".into(), Some(msg));
+        self.cur().waiting = ("CreateContainerConfigError".into(), Some(msg));
     }
 
     async fn on_command(&mut self, cmd: Command) {
@@ -439,24 +581,25 @@ impl Worker {
                 } else {
                     if self.phase == "Running" {
                         // Between restarts: the node stop ends the Pod too.
-                        self.phase = if self.last_exit == Some(0) {
+                        self.phase = if self.main.last_exit == Some(0) {
                             "Succeeded"
                         } else {
                             "Failed"
                         };
-                        self.terminated = self.last_state.take().or(self.terminated.take());
+                        let main = &mut self.main;
+                        main.terminated = main.last_state.take().or(main.terminated.take());
                     }
                     let _ = ack.send(());
                 }
             }
             Command::StartNode => {
                 self.node_up = true;
-                if self.phase == "Pending" && self.prepared() {
+                if self.phase == "Pending" && self.prepared {
                     self.start_container();
                 }
             }
             Command::Release => {
-                if self.phase == "Pending" && self.prepared() {
+                if self.phase == "Pending" && self.prepared {
                     self.start_container();
                 }
             }

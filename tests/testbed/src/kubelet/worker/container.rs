@@ -1,8 +1,10 @@
-//! The container's process: start it from the launch plan, reap its exit,
-//! restart it per restartPolicy with the kubelet's back-off, and stop it
-//! (SIGTERM, then SIGKILL after the grace period).
+//! The containers' processes: start the one due (an init container, or
+//! the regular one) from its launch plan, reap its exit, move on to the
+//! next or restart it per restartPolicy with the kubelet's back-off, and
+//! stop it (SIGTERM, then SIGKILL after the grace period).
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -12,8 +14,9 @@ use serde_json::json;
 use tokio::process::Child;
 use tokio::time::Instant;
 
+use super::super::launch::{self, LaunchPlan};
 use super::super::probe::ProbeState;
-use super::super::{exec, launch, mounts};
+use super::super::{exec, mounts};
 use super::{Stop, Worker, now};
 
 impl Worker {
@@ -40,41 +43,137 @@ impl Worker {
         self.node_up && !self.node.is_held(&self.ns, &self.name)
     }
 
+    /// Starts the container due: the next init container while the Pod
+    /// initializes, else the regular one. A pulled image is pulled first
+    /// (the pull ends in another call here). The plan is made at each
+    /// start, as a kubelet generates a container's config at each start.
     pub(super) fn start_container(&mut self) {
-        if self.child.is_some() || self.deleting || !self.may_start() {
+        if self.child.is_some()
+            || self.deleting
+            || !self.prepared
+            || !self.may_start()
+            || matches!(self.phase, "Succeeded" | "Failed")
+        {
             return;
         }
-        if self.pulls {
+        let slot = self.cur_ref();
+        if !slot.runnable {
+            let e = launch::unrunnable(&slot.container);
+            tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{e}");
+            // Nothing to pull it from until the Pod changes, which for an
+            // init container's image never happens here.
+            self.cur().waiting = ("ErrImagePull".into(), Some(e.to_string()));
+            return;
+        }
+        if slot.init && slot.container.restart_policy.as_deref() == Some("Always") {
+            let msg = format!(
+                "init container {}: restartable init containers (sidecars, restartPolicy: Always) are not supported by the local kubelet",
+                slot.container.name
+            );
+            return self.config_failed(msg);
+        }
+        let at = launch::PodEnv {
+            ip: self.ip,
+            host_ip: self.node.host_ip,
+            sources: &self.sources,
+        };
+        let planned = if slot.pulls {
             // Every start of a pulled image goes through the pull (which
             // under IfNotPresent/Never only looks the image up), so
             // `Always` resolves the reference again each time.
             if self.pulling.is_some() || self.pull_wait.is_some() {
                 return;
             }
-            let Some(image) = self.pulled.take() else {
+            let Some(image) = self.cur().pulled.take() else {
                 self.begin_pull();
                 return;
             };
-            let mounts = self.mounts.clone().unwrap_or_default();
-            match launch::plan_pulled(
-                &self.pod,
-                &self.container,
-                self.ip,
-                self.node.host_ip,
-                &mounts,
-                &image,
-            ) {
-                Ok(plan) => self.plan = Some(plan),
-                Err(e @ launch::LaunchError::Exec { .. }) => {
-                    self.image_id = Some(image.image_id.clone());
-                    return self.start_failed(e.to_string());
-                }
-                Err(e) => return self.config_failed(e.to_string()),
+            let slot = self.cur_ref();
+            let at = launch::PodEnv {
+                ip: self.ip,
+                host_ip: self.node.host_ip,
+                sources: &self.sources,
+            };
+            let planned =
+                launch::plan_pulled(&self.pod, &slot.container, &at, &slot.mounts, &image);
+            if matches!(planned, Err(launch::LaunchError::Exec { .. })) {
+                self.cur().image_id = Some(image.image_id.clone());
             }
-        }
-        let Some(plan) = self.plan.clone() else {
-            return;
+            planned
+        } else {
+            launch::plan(
+                &self.pod,
+                &slot.container,
+                &at,
+                &slot.mounts,
+                &self.node.releases,
+                &self.node.config.images,
+            )
         };
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(e @ launch::LaunchError::ImagePull { .. }) => {
+                // A kubelet retries a failed pull with back-off; the local
+                // one has no other etcd release to find until the Pod
+                // changes, so it reports the failure and waits.
+                tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{e}");
+                self.cur().waiting = ("ErrImagePull".into(), Some(e.to_string()));
+                return;
+            }
+            Err(e @ launch::LaunchError::Exec { .. }) => return self.start_failed(e.to_string()),
+            Err(e @ launch::LaunchError::EnvSource { .. }) => {
+                return self.env_source_missing(e.to_string());
+            }
+            Err(e) => return self.config_failed(e.to_string()),
+        };
+        let log_path = self.cur_ref().log_path.clone();
+        let spawned = self.spawn(&plan, &log_path);
+        let program = plan.program.clone();
+        self.cur().plan = Some(plan);
+        match spawned {
+            Ok(child) => {
+                let pid = child.id().unwrap_or(0);
+                let started = Instant::now();
+                let slot = self.cur();
+                if slot.runs > 0 {
+                    slot.restart_count += 1;
+                }
+                slot.runs += 1;
+                slot.started_at = Some(now());
+                slot.started_instant = Some(started);
+                slot.terminated = None;
+                slot.container_id = Some(format!("local://{pid}"));
+                let name = slot.container.name.clone();
+                let init = slot.init;
+                self.child = Some(child);
+                self.pid = Some(pid);
+                self.node.started(pid);
+                self.node.set_pid(&self.uid, Some(pid), false);
+                self.frozen = false;
+                if init {
+                    tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, container = %name, "started the init container");
+                    return;
+                }
+                let c = &self.main.container;
+                self.readiness = c
+                    .readiness_probe
+                    .clone()
+                    .map(|p| ProbeState::new(p, started));
+                self.liveness = c
+                    .liveness_probe
+                    .clone()
+                    .map(|p| ProbeState::new(p, started));
+                self.ready = self.readiness.is_none();
+                self.phase = "Running";
+                tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, container = %name, "started the container");
+            }
+            Err(e) => self.start_failed(format!("starting {}: {e}", program.display())),
+        }
+    }
+
+    /// Spawns `plan`'s process with its stdout and stderr appended to
+    /// `log_path`.
+    fn spawn(&self, plan: &LaunchPlan, log_path: &Path) -> std::io::Result<Child> {
         let mut note = None;
         let run_as = match &plan.run_as {
             Some(u) if exec::can_run_as(u) => Some(u.clone()),
@@ -89,158 +188,125 @@ impl Worker {
             }
             None => None,
         };
-        let spawned = (|| -> std::io::Result<Child> {
-            std::fs::create_dir_all(&self.dir)?;
-            let mut log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.log_path)?;
-            use std::io::Write;
-            writeln!(
-                log,
-                "--- steward-testbed kubelet: starting {} {}",
-                plan.program.display(),
-                plan.args.join(" ")
-            )?;
-            if let Some(note) = &note {
-                writeln!(log, "--- steward-testbed kubelet: {note}")?;
-            }
-            let err = log.try_clone()?;
-            // The image is opened before the container's mounts exist and
-            // executed through its descriptor (execveat AT_EMPTY_PATH): a
-            // volume mounted over the directory the program lives in (an
-            // emptyDir at /tmp, with a build under /tmp) must not hide it,
-            // as a volume never hides a real container's image. O_CLOEXEC
-            // does not stop the exec of an ELF file, and the program does
-            // not inherit the descriptor.
-            let image = std::fs::File::open(&plan.program)?;
-            if let Some(dir) = plan
-                .working_dir
-                .as_ref()
-                .filter(|d| d.starts_with(&self.node.root))
-            {
-                // A WorkingDir inside the rootfs is made, as a runtime does.
-                std::fs::create_dir_all(dir)?;
-            }
-            let hostname = self
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.hostname.clone())
-                .unwrap_or(self.name.clone());
-            let mut env = vec![
-                (
-                    "PATH".to_string(),
-                    "/usr/local/bin:/usr/bin:/bin".to_string(),
-                ),
-                ("HOSTNAME".to_string(), hostname),
-            ];
-            for (k, v) in self
-                .service_env()
-                .into_iter()
-                .chain(plan.env.iter().cloned())
-            {
-                launch::set_env(&mut env, k, v);
-            }
-            let argv: Vec<String> = std::iter::once(plan.arg0.clone())
-                .chain(plan.args.iter().cloned())
-                .collect();
-            // A working directory in the rootfs is entered before the
-            // volumes are mounted (one may cover the rootfs, an emptyDir
-            // at /tmp over a kubelet root under /tmp); one at a volume,
-            // after.
-            let (before_mounts, after_mounts) = match &plan.working_dir {
-                Some(d) if d.starts_with(&self.node.root) => (d.as_path(), None),
-                Some(d) => (self.dir.as_path(), Some(d.as_path())),
-                None => (self.dir.as_path(), None),
-            };
-            let exec = exec::Exec::new(
-                std::os::fd::AsRawFd::as_raw_fd(&image),
-                &argv,
-                &env,
-                after_mounts,
-                run_as.as_ref(),
-            )?;
-            // std's own exec never runs: the hook execs or fails. What
-            // std is given here matters only for its bookkeeping.
-            let mut cmd = tokio::process::Command::new(&plan.program);
-            cmd.env_clear()
-                .current_dir(before_mounts)
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log))
-                .stderr(Stdio::from(err))
-                // Its own process group: a Ctrl-C at the sandbox's terminal
-                // reaches the kubelet, which then stops etcd in order.
-                .process_group(0)
-                .kill_on_drop(true);
-            let mut mounts = mounts::Private::new(&plan.binds)?;
-            // SAFETY: prctl, unshare, mount, mkdir, chdir, the set*id calls
-            // and execveat are async-signal-safe system calls on memory
-            // prepared before the fork; nothing else runs in the child.
-            unsafe {
-                cmd.pre_exec(move || {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                        .map_err(std::io::Error::from)?;
-                    mounts.enter()?;
-                    Err(exec.exec())
-                });
-            }
-            let child = cmd.spawn();
-            drop(image);
-            child
-        })();
-        match spawned {
-            Ok(child) => {
-                let pid = child.id().unwrap_or(0);
-                if self.runs > 0 {
-                    self.restart_count += 1;
-                }
-                self.runs += 1;
-                self.child = Some(child);
-                self.pid = Some(pid);
-                self.node.started(pid);
-                self.node.set_pid(&self.uid, Some(pid), false);
-                let started = Instant::now();
-                self.started_at = Some(now());
-                self.started_instant = Some(started);
-                self.terminated = None;
-                self.frozen = false;
-                let c = &self.container;
-                self.readiness = c
-                    .readiness_probe
-                    .clone()
-                    .map(|p| ProbeState::new(p, started));
-                self.liveness = c
-                    .liveness_probe
-                    .clone()
-                    .map(|p| ProbeState::new(p, started));
-                self.ready = self.readiness.is_none();
-                self.phase = "Running";
-                tracing::info!(pod = %format!("{}/{}", self.ns, self.name), pid, ip = %self.ip, "started the container");
-            }
-            Err(e) => self.start_failed(format!("starting {}: {e}", plan.program.display())),
+        std::fs::create_dir_all(&self.dir)?;
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)?;
+        use std::io::Write;
+        writeln!(
+            log,
+            "--- steward-testbed kubelet: starting {} {}",
+            plan.program.display(),
+            plan.args.join(" ")
+        )?;
+        if let Some(note) = &note {
+            writeln!(log, "--- steward-testbed kubelet: {note}")?;
         }
+        let err = log.try_clone()?;
+        // The image is opened before the container's mounts exist and
+        // executed through its descriptor (execveat AT_EMPTY_PATH): a
+        // volume mounted over the directory the program lives in (an
+        // emptyDir at /tmp, with a build under /tmp) must not hide it,
+        // as a volume never hides a real container's image. O_CLOEXEC
+        // does not stop the exec of an ELF file, and the program does
+        // not inherit the descriptor.
+        let image = std::fs::File::open(&plan.program)?;
+        if let Some(dir) = plan
+            .working_dir
+            .as_ref()
+            .filter(|d| d.starts_with(&self.node.root))
+        {
+            // A WorkingDir inside the rootfs is made, as a runtime does.
+            std::fs::create_dir_all(dir)?;
+        }
+        let hostname = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.hostname.clone())
+            .unwrap_or(self.name.clone());
+        let mut env = vec![
+            (
+                "PATH".to_string(),
+                "/usr/local/bin:/usr/bin:/bin".to_string(),
+            ),
+            ("HOSTNAME".to_string(), hostname),
+        ];
+        for (k, v) in self
+            .service_env()
+            .into_iter()
+            .chain(plan.env.iter().cloned())
+        {
+            launch::set_env(&mut env, k, v);
+        }
+        let argv: Vec<String> = std::iter::once(plan.arg0.clone())
+            .chain(plan.args.iter().cloned())
+            .collect();
+        // A working directory in the rootfs is entered before the
+        // volumes are mounted (one may cover the rootfs, an emptyDir
+        // at /tmp over a kubelet root under /tmp); one at a volume,
+        // after.
+        let (before_mounts, after_mounts) = match &plan.working_dir {
+            Some(d) if d.starts_with(&self.node.root) => (d.as_path(), None),
+            Some(d) => (self.dir.as_path(), Some(d.as_path())),
+            None => (self.dir.as_path(), None),
+        };
+        let exec = exec::Exec::new(
+            std::os::fd::AsRawFd::as_raw_fd(&image),
+            &argv,
+            &env,
+            after_mounts,
+            run_as.as_ref(),
+        )?;
+        // std's own exec never runs: the hook execs or fails. What
+        // std is given here matters only for its bookkeeping.
+        let mut cmd = tokio::process::Command::new(&plan.program);
+        cmd.env_clear()
+            .current_dir(before_mounts)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            // Its own process group: a Ctrl-C at the sandbox's terminal
+            // reaches the kubelet, which then stops etcd in order.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut mounts = mounts::Private::new(&plan.binds)?;
+        // SAFETY: prctl, unshare, mount, mkdir, chdir, the set*id calls
+        // and execveat are async-signal-safe system calls on memory
+        // prepared before the fork; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                mounts.enter()?;
+                Err(exec.exec())
+            });
+        }
+        let child = cmd.spawn();
+        drop(image);
+        child
     }
 
     /// The container could not be started: `RunContainerError` and a
     /// restart with back-off, or `StartError` when nothing restarts it.
+    /// An init container that cannot start fails the Pod under `Never`.
     pub(super) fn start_failed(&mut self, message: String) {
         tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{message}");
         // Where a user looks first; the status keeps only the reason.
         if let Ok(mut log) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.log_path)
+            .open(&self.cur_ref().log_path)
         {
             use std::io::Write;
             let _ = writeln!(log, "--- steward-testbed kubelet: {message}");
         }
         if self.restart_policy() != "Never" {
-            self.waiting = ("RunContainerError".into(), Some(message));
+            self.cur().waiting = ("RunContainerError".into(), Some(message));
             self.schedule_restart();
         } else {
             // As the kubelet reports a container that never started.
-            self.terminated = Some(json!({"terminated": {
+            self.cur().terminated = Some(json!({"terminated": {
                 "exitCode": 128, "reason": "StartError", "message": message,
                 "finishedAt": now().to_string(),
             }}));
@@ -280,14 +346,15 @@ impl Worker {
                 "stopped on SIGTERM; recorded as exit 0, as etcd exits when it is a container's PID 1",
             );
         }
-        let ran_for = self
+        let slot = self.cur();
+        let ran_for = slot
             .started_instant
             .map(|s| s.elapsed())
             .unwrap_or_default();
         let mut terminated = json!({
             "exitCode": code,
             "reason": if code == 0 { "Completed" } else { "Error" },
-            "startedAt": self.started_at.map(|t| t.to_string()),
+            "startedAt": slot.started_at.map(|t| t.to_string()),
             "finishedAt": now().to_string(),
             "containerID": pid.map(|p| format!("local://{p}")),
         });
@@ -301,9 +368,11 @@ impl Worker {
         if let Some(note) = note {
             terminated["message"] = json!(note);
         }
-        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ?pid, code, ?signal, "the container exited");
-        self.terminated = Some(json!({ "terminated": terminated }));
-        self.last_exit = Some(code);
+        slot.terminated = Some(json!({ "terminated": terminated }));
+        slot.last_exit = Some(code);
+        let init = slot.init;
+        let name = slot.container.name.clone();
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ?pid, code, ?signal, container = %name, init, "the container exited");
         for w in self.exit_waiters.drain(..) {
             let _ = w.send(());
         }
@@ -311,7 +380,29 @@ impl Worker {
             Some(Stop::Shutdown) => self.done = true,
             Some(Stop::Delete) => self.finalize().await,
             _ if self.deleting => self.finalize().await,
-            Some(Stop::Node) => self.phase = if code == 0 { "Succeeded" } else { "Failed" },
+            // A node stop ends the Pod; one still initializing never ran.
+            Some(Stop::Node) => {
+                self.phase = if code == 0 && !init {
+                    "Succeeded"
+                } else {
+                    "Failed"
+                }
+            }
+            Some(Stop::Liveness) | None if init => {
+                if code == 0 {
+                    // Done: the next init container, or the regular one.
+                    self.init_done += 1;
+                    self.start_container();
+                } else if self.restart_policy() != "Never" && self.node_up {
+                    // Under Always and OnFailure alike a failed init
+                    // container runs again, with back-off.
+                    let slot = self.cur();
+                    slot.last_state = slot.terminated.take();
+                    self.schedule_restart();
+                } else {
+                    self.phase = "Failed";
+                }
+            }
             Some(Stop::Liveness) | None => {
                 let restart = match self.restart_policy() {
                     "Never" => false,
@@ -319,11 +410,12 @@ impl Worker {
                     _ => true,
                 };
                 if restart && self.node_up {
+                    let slot = self.cur();
                     // A container that ran for a while starts its backoff afresh.
                     if ran_for > Duration::from_secs(60) {
-                        self.backoff = Duration::ZERO;
+                        slot.backoff = Duration::ZERO;
                     }
-                    self.last_state = self.terminated.take();
+                    slot.last_state = slot.terminated.take();
                     self.schedule_restart();
                 } else {
                     self.phase = if code == 0 { "Succeeded" } else { "Failed" };
@@ -333,24 +425,28 @@ impl Worker {
     }
 
     /// The first restart is immediate, later ones back off (doubling up to
-    /// the configured cap) so a crash-looping etcd does not spin.
+    /// the configured cap) so a crash-looping container does not spin.
     pub(super) fn schedule_restart(&mut self) {
-        let delay = self.backoff;
-        let cfg = &self.node.config;
-        self.backoff = if delay.is_zero() {
-            cfg.restart_backoff
+        let (first, cap) = (
+            self.node.config.restart_backoff,
+            self.node.config.max_restart_backoff,
+        );
+        let slot = self.cur();
+        let delay = slot.backoff;
+        slot.backoff = if delay.is_zero() {
+            first
         } else {
-            (delay * 2).min(cfg.max_restart_backoff)
+            (delay * 2).min(cap)
         };
         if delay.is_zero() {
             self.start_container();
         } else {
-            self.waiting = (
+            slot.waiting = (
                 "CrashLoopBackOff".into(),
                 Some(format!(
                     "back-off {}s restarting failed container={}",
                     delay.as_secs(),
-                    self.container.name
+                    slot.container.name
                 )),
             );
             self.restart_at = Some(Instant::now() + delay);

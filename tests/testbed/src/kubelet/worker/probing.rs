@@ -33,11 +33,13 @@ impl Worker {
         };
         // Exec probes run the container's own release's etcdctl.
         let bins = self
+            .main
             .plan
             .as_ref()
             .and_then(|p| p.release.clone())
             .unwrap_or_else(|| self.node.releases.default().clone());
-        let outcome = probe::run_once(&spec, &self.container, IpAddr::V4(self.ip), &bins).await;
+        let outcome =
+            probe::run_once(&spec, &self.main.container, IpAddr::V4(self.ip), &bins).await;
         if self.frozen || self.child.is_none() {
             return;
         }

@@ -1,5 +1,5 @@
-//! The pull before each start of a container whose image comes from a
-//! registry, and the kubelet's back-off after a failed one: the container
+//! The pull before each start of a container (init or regular) whose
+//! image comes from a registry, and the kubelet's back-off after a failed one: the container
 //! waits with `ErrImagePull` (the failure's message), then
 //! `ImagePullBackOff` until the next attempt, which shows `ErrImagePull`
 //! again if it fails too.
@@ -28,8 +28,9 @@ pub(super) enum PullWait {
 
 impl Worker {
     pub(super) fn begin_pull(&mut self) {
-        let image = self.container.image.clone().unwrap_or_default();
-        let policy = PullPolicy::of(&self.container);
+        let container = &self.cur_ref().container;
+        let image = container.image.clone().unwrap_or_default();
+        let policy = PullPolicy::of(container);
         tracing::debug!(pod = %format!("{}/{}", self.ns, self.name), %image, ?policy, "pulling");
         self.pulling = Some(tokio::spawn(images::ensure(
             self.node.images.clone(),
@@ -51,13 +52,14 @@ impl Worker {
         match r {
             Ok(image) => {
                 self.pull_backoff = Duration::ZERO;
-                self.image_id = Some(image.image_id.clone());
-                self.pulled = Some(image);
+                let slot = self.cur();
+                slot.image_id = Some(image.image_id.clone());
+                slot.pulled = Some(image);
                 self.start_container();
             }
             Err(e) => {
                 tracing::warn!(pod = %format!("{}/{}", self.ns, self.name), "{}: {}", e.reason, e.message);
-                self.waiting = (e.reason.into(), Some(e.message.clone()));
+                self.cur().waiting = (e.reason.into(), Some(e.message.clone()));
                 if e.reason == "InvalidImageName" {
                     // Nothing to retry until the Pod changes, as a kubelet.
                     return;
@@ -90,8 +92,9 @@ impl Worker {
     pub(super) fn on_pull_wait(&mut self) {
         match self.pull_wait.take() {
             Some((_, PullWait::BackOff { retry_at, message })) => {
-                let image = self.container.image.clone().unwrap_or_default();
-                self.waiting = (
+                let slot = self.cur();
+                let image = slot.container.image.clone().unwrap_or_default();
+                slot.waiting = (
                     "ImagePullBackOff".into(),
                     Some(format!(
                         "Back-off pulling image {image:?}: ErrImagePull: {message}"
