@@ -45,6 +45,9 @@ pub struct OperatorConfig {
     /// Where EtcdStatusPolicy ConfigMaps and pull Secrets live: the
     /// operator's own namespace.
     pub policy_namespace: String,
+    /// The operator's own image: a restored seed's Pod runs it to fetch the
+    /// snapshot and install the restored data.
+    pub operator_image: String,
     /// Attempts at one EtcdSnapshot before it is Failed.
     pub snapshot_attempts: u32,
     /// Wait after the first failed snapshot attempt; doubles per attempt.
@@ -65,6 +68,7 @@ impl Default for OperatorConfig {
             recreate_backoff: Duration::from_secs(1),
             max_recreate_backoff: Duration::from_secs(60),
             policy_namespace: "etcd-steward-system".into(),
+            operator_image: format!("etcd-steward:{}", env!("CARGO_PKG_VERSION")),
             snapshot_attempts: 5,
             snapshot_backoff: Duration::from_secs(5),
         }
@@ -94,7 +98,20 @@ pub struct Context {
     /// Defragmentations this process ran, by cluster UID and member name,
     /// until the status that shows them is written.
     defrags: Mutex<HashMap<String, HashMap<String, crate::api::LastDefrag>>>,
+    /// Restore sources read and checked, by cluster UID, with when: a
+    /// verified one is not read again; a failure is retried after
+    /// [`RESTORE_RECHECK`].
+    restore_checks: Mutex<HashMap<String, RestoreCheck>>,
 }
+
+type RestoreCheck = (
+    jiff::Timestamp,
+    Result<crate::api::MemberRestore, crate::snapshot::Problem>,
+);
+
+/// How long a failed check of a restore source stands before the object
+/// is read again.
+pub const RESTORE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Context {
     /// The error of the last action on `obj` (an EtcdCluster or an
@@ -219,11 +236,34 @@ impl Context {
             self.action_errors.lock().expect("poisoned").remove(&uid);
             self.verified_at.lock().expect("poisoned").remove(&uid);
             self.defrags.lock().expect("poisoned").remove(&uid);
+            self.restore_checks.lock().expect("poisoned").remove(&uid);
         }
         self.applied
             .lock()
             .expect("poisoned")
             .remove(&applied_key(obj));
+    }
+
+    /// The standing outcome of checking cluster `uid`'s restore source.
+    pub fn restore_checked(
+        &self,
+        uid: &str,
+    ) -> Option<Result<crate::api::MemberRestore, crate::snapshot::Problem>> {
+        let map = self.restore_checks.lock().expect("poisoned");
+        let (at, outcome) = map.get(uid)?;
+        let fresh = jiff::Timestamp::now().duration_since(*at).unsigned_abs() < RESTORE_RECHECK;
+        (outcome.is_ok() || fresh).then(|| outcome.clone())
+    }
+
+    pub fn record_restore_check(
+        &self,
+        uid: &str,
+        outcome: &Result<crate::api::MemberRestore, crate::snapshot::Problem>,
+    ) {
+        self.restore_checks
+            .lock()
+            .expect("poisoned")
+            .insert(uid.to_owned(), (jiff::Timestamp::now(), outcome.clone()));
     }
 
     /// Remembers how the last action on `obj` ended (None: it succeeded).
@@ -316,6 +356,7 @@ impl Context {
             verified_at: Mutex::default(),
             applied: Mutex::default(),
             defrags: Mutex::default(),
+            restore_checks: Mutex::default(),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Wiring: the four kube-runtime Controllers (EtcdCluster, EtcdMember,
-//! EtcdStatusPolicy and EtcdSnapshot) and what triggers a reconcile of each. Every trigger
+//! Wiring: the five kube-runtime Controllers (EtcdCluster, EtcdMember,
+//! EtcdStatusPolicy, EtcdSnapshot and EtcdBackupSchedule) and what triggers
+//! a reconcile of each. Every trigger
 //! is a subscription to the one watch of its kind ([`crate::watch`]); no
 //! controller opens a watch of its own. The reconciles themselves are
 //! [`crate::cluster`], [`crate::member`] and [`crate::status_policy`].
@@ -117,6 +118,20 @@ pub async fn run(
     )
     .run(
         crate::snapshot::reconcile_snapshot,
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| futures::future::ready(()));
+
+    // A schedule: its spec, and each change of the EtcdSnapshots it owns
+    // (a run finishing); the clock by its own requeue at the next run.
+    let schedule_ctl = Controller::for_shared_stream(
+        w.schedules.subscribe_when(generation),
+        w.schedules.store().clone(),
+    )
+    .owns_shared_stream(w.snapshots.subscribe())
+    .run(
+        crate::schedule::reconcile_schedule,
         error_policy,
         ctx.clone(),
     )
@@ -249,7 +264,7 @@ pub async fn run(
     // Dropping the controllers on shutdown cancels in-flight reconciles;
     // every step is idempotent and the next operator picks up from etcd.
     tokio::select! {
-        _ = futures::future::join4(member_ctl, cluster_ctl, policy_ctl, snapshot_ctl) => {}
+        _ = futures::future::join5(member_ctl, cluster_ctl, policy_ctl, snapshot_ctl, schedule_ctl) => {}
         _ = forget => {}
         _ = idle_versions => {}
         _ = shutdown => {}

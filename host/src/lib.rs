@@ -23,6 +23,8 @@ pub mod metrics;
 pub(crate) mod mock_api;
 pub mod policy;
 pub mod resources;
+pub mod restore;
+pub mod schedule;
 pub mod snapshot;
 pub mod status_policy;
 pub mod text;

@@ -36,7 +36,7 @@ use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::api::{EtcdCluster, EtcdMember, EtcdSnapshot, EtcdStatusPolicy};
+use crate::api::{EtcdBackupSchedule, EtcdCluster, EtcdMember, EtcdSnapshot, EtcdStatusPolicy};
 
 /// How many changes a slow subscriber may trail by before the watch waits.
 const BUFFER: usize = 1024;
@@ -288,6 +288,7 @@ kinds! { |s|
     pdbs: PodDisruptionBudget = watcher(s.scoped(), managed());
     status_policies: EtcdStatusPolicy = watcher(s.cluster(), watcher::Config::default());
     snapshots: EtcdSnapshot = watcher(s.scoped(), watcher::Config::default());
+    schedules: EtcdBackupSchedule = watcher(s.scoped(), watcher::Config::default());
     /// Policy sources and CA bundles, by metadata: the reconcile reads the
     /// one a policy names.
     config_maps: PartialObjectMeta<ConfigMap> = watcher(s.own(), watcher::Config::default());

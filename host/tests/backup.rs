@@ -12,9 +12,10 @@ mod support;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use etcd_steward::api::EtcdSnapshot;
+use etcd_steward::api::{EtcdBackupSchedule, EtcdSnapshot};
 use etcd_steward::etcd::{Fault, Rpc};
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
 use steward_policy_sdk::ProbeErrorKind;
@@ -177,6 +178,25 @@ fn argo_of(env: &Env, s: &EtcdSnapshot) -> String {
         .argo_health_by(&lua, &obj)
         .expect("Argo CD's health.lua")
         .status
+}
+
+/// A cluster of 3 created from `source` (spec.bootstrap.restore.source).
+async fn restore_cluster(
+    env: &Env,
+    name: &str,
+    source: serde_json::Value,
+) -> etcd_steward::api::EtcdCluster {
+    let cluster: etcd_steward::api::EtcdCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": name},
+        "spec": {"replicas": 3, "bootstrap": {"restore": {"source": source}}},
+    }))
+    .unwrap();
+    env.clusters()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap()
 }
 
 /// Restores `file` with the real etcdutl into a fresh data dir, starts a
@@ -394,6 +414,98 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             artifact.size_bytes
         )));
 
+        // 1b. A new cluster restored from that snapshot: every key, at
+        // least its revision, and an identity of its own.
+        let restored = restore_cluster(
+            &env,
+            "restored",
+            serde_json::json!({"snapshotRef": {"name": "bk-1"}}),
+        )
+        .await;
+        let c = env.wait_available("restored", 3).await;
+        let restored_endpoints = env.endpoints("restored").await;
+        let keys = env
+            .etcdctl(
+                &restored_endpoints,
+                &["get", "/app/", "--prefix", "--keys-only"],
+            )
+            .await;
+        assert_eq!(
+            keys.lines().filter(|l| !l.is_empty()).count(),
+            KEYS,
+            "{keys}"
+        );
+        let st: serde_json::Value = serde_json::from_str(
+            &env.etcdctl(&restored_endpoints, &["endpoint", "status", "-w", "json"])
+                .await,
+        )
+        .unwrap();
+        for ep in st.as_array().unwrap() {
+            let rev = ep["Status"]["header"]["revision"].as_i64().unwrap();
+            assert!(rev >= status.revision.unwrap(), "{ep}: revision {rev}");
+        }
+        let original = env.clusters().get("bk").await.unwrap();
+        let id = |c: &etcd_steward::api::EtcdCluster| c.status.as_ref().unwrap().cluster_id.clone();
+        assert_ne!(
+            id(&c),
+            id(&original),
+            "a restore has a cluster ID of its own"
+        );
+        let member_ids = |c: &etcd_steward::api::EtcdCluster| -> Vec<String> {
+            c.status
+                .as_ref()
+                .unwrap()
+                .members
+                .iter()
+                .filter_map(|m| m.id.clone())
+                .collect()
+        };
+        for m in member_ids(&c) {
+            assert!(!member_ids(&original).contains(&m), "member ID {m} reused");
+        }
+        assert!(restored.spec.bootstrap.is_some());
+        env.clusters()
+            .delete("restored", &Default::default())
+            .await
+            .unwrap();
+
+        // A tampered object is refused before anything starts.
+        let mut tampered = object.clone();
+        let at = tampered.len() / 2;
+        tampered[at] ^= 0xff;
+        s3.put(BUCKET, "tampered/bk-1.db", tampered).await.unwrap();
+        restore_cluster(
+            &env,
+            "tampered",
+            serde_json::json!({
+                "s3": {"endpoint": s3.endpoint(), "bucket": BUCKET, "key": "tampered/bk-1.db",
+                       "credentialsSecretRef": {"name": "s3-creds"}, "forcePathStyle": true},
+                "sha256": artifact.checksum,
+            }),
+        )
+        .await;
+        let c = env
+            .wait_for("tampered", "Stalled=True/RestoreChecksumMismatch", |c| {
+                condition(c, "Stalled") == Some("True")
+                    && condition_reason(c, "Stalled") == Some("RestoreChecksumMismatch")
+            })
+            .await;
+        assert!(
+            condition_message(&c, "Stalled")
+                .unwrap()
+                .contains(&artifact.checksum["sha256:".len()..]),
+            "{}",
+            describe(&c)
+        );
+        assert!(
+            env.member_names("tampered").await.is_empty(),
+            "no member starts from it"
+        );
+        env.clusters()
+            .delete("tampered", &Default::default())
+            .await
+            .unwrap();
+
         // 2. Bad input, all at once: each gets its reason, an Event, and
         // Failed once the attempts are spent; nothing is overwritten.
         s3.put(
@@ -481,7 +593,7 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             b"somebody else's backup",
             "an object the snapshot did not write is left as it was"
         );
-        let listed = s3.list(BUCKET, "").await.unwrap();
+        let listed = s3.list(BUCKET, "prod/").await.unwrap();
         assert_eq!(
             listed.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
             ["prod/bk/bk-1.db", "prod/bk/taken.db"],
@@ -521,7 +633,211 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
         let s = wait_terminal(&env, "trusted").await;
         assert_eq!(phase(&s).as_deref(), Some("Complete"), "{:#?}", s.status);
 
-        // 4. No credential reached a log line, an Event, a status or a metric.
+        // 4. A schedule every 10 s keeping the last 2: runs are taken and
+        // verified, retention deletes the older ones and their objects, and
+        // never an object the schedule did not write.
+        s3.put(BUCKET, "sched/not-ours.db", b"left alone".to_vec())
+            .await
+            .unwrap();
+        let schedules: Api<EtcdBackupSchedule> = Api::namespaced(env.client.clone(), NS);
+        let schedule: EtcdBackupSchedule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdBackupSchedule",
+            "metadata": {"name": "every10"},
+            "spec": {
+                "clusterRef": {"name": "bk"},
+                "schedule": "*/10 * * * * *",
+                "destination": {"s3": {"endpoint": s3.endpoint(), "bucket": BUCKET, "key": "sched",
+                                       "credentialsSecretRef": {"name": "s3-creds"}, "forcePathStyle": true}},
+                "retention": {"keepLast": 2},
+            },
+        }))
+        .unwrap();
+        schedules
+            .create(&PostParams::default(), &schedule)
+            .await
+            .unwrap();
+        let runs = |env: &Env| {
+            let api = snapshots(env);
+            async move {
+                let mut v: Vec<EtcdSnapshot> = api
+                    .list(
+                        &kube::api::ListParams::default()
+                            .labels("etcd.steward.dev/schedule=every10"),
+                    )
+                    .await
+                    .unwrap()
+                    .items;
+                v.sort_by_key(|s| s.metadata.name.clone());
+                v
+            }
+        };
+        let start = std::time::Instant::now();
+        let mut completed_names = std::collections::BTreeSet::new();
+        loop {
+            for r in runs(&env).await {
+                if phase(&r).as_deref() == Some("Complete") {
+                    completed_names.insert(r.metadata.name.clone().unwrap());
+                }
+            }
+            let sched = schedules.get("every10").await.unwrap();
+            let st = sched.status.clone().unwrap_or_default();
+            if completed_names.len() >= 3
+                && st.kept == 2
+                && runs(&env)
+                    .await
+                    .iter()
+                    .filter(|r| phase(r).as_deref() == Some("Complete"))
+                    .count()
+                    == 2
+            {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "the schedule never ran three times with two kept: {st:#?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let kept: Vec<EtcdSnapshot> = runs(&env)
+            .await
+            .into_iter()
+            .filter(|r| phase(r).as_deref() == Some("Complete"))
+            .collect();
+        for r in &kept {
+            assert_eq!(snap_condition(r, "Verified").unwrap().0, "True");
+        }
+        // The bucket holds exactly the kept runs' objects, and the foreign one.
+        let start = std::time::Instant::now();
+        loop {
+            let keys: Vec<String> = s3
+                .list(BUCKET, "sched/")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let mut want: Vec<String> = kept
+                .iter()
+                .map(|r| format!("sched/{}.db", r.metadata.name.clone().unwrap()))
+                .collect();
+            want.push("sched/not-ours.db".into());
+            want.sort();
+            // A newer run may have started meanwhile: compare the older ones.
+            if want.iter().all(|k| keys.contains(k)) && keys.len() <= want.len() + 1 {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "retention left {keys:?}, want {want:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        assert_eq!(
+            s3.get(BUCKET, "sched/not-ours.db").await.unwrap(),
+            b"left alone"
+        );
+        let st = schedules.get("every10").await.unwrap().status.unwrap();
+        assert!(
+            st.last_successful_backup_time.is_some() && st.next_schedule_time.is_some(),
+            "{st:#?}"
+        );
+        let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "LastRunComplete"),
+            "{st:#?}"
+        );
+
+        // Missed runs: with the operator down for three slots, it takes one
+        // snapshot on return (for the latest slot), not one per slot. It is
+        // stopped between runs, with the next slot seconds away: a run cut
+        // off mid-stream would hold the catch-up back (one run at a time).
+        let start = std::time::Instant::now();
+        loop {
+            let idle = runs(&env)
+                .await
+                .iter()
+                .all(|r| matches!(phase(r).as_deref(), Some("Complete" | "Failed")));
+            let next = schedules
+                .get("every10")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.next_schedule_time);
+            let ahead = next.map_or(0, |t| t.0.as_second() - jiff::Timestamp::now().as_second());
+            if idle && ahead >= 4 {
+                break;
+            }
+            assert!(start.elapsed() < EVENTUALLY, "the schedule never went idle");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        env.kill_operator().await;
+        let down_at = jiff::Timestamp::now();
+        tokio::time::sleep(std::time::Duration::from_secs(32)).await;
+        env.start_operator();
+        let up_at = jiff::Timestamp::now();
+        let slot_of = |r: &EtcdSnapshot| -> jiff::Timestamp {
+            r.annotations()["etcd.steward.dev/scheduled-time"]
+                .parse()
+                .unwrap()
+        };
+        let start = std::time::Instant::now();
+        let after = loop {
+            let after: Vec<EtcdSnapshot> = runs(&env)
+                .await
+                .into_iter()
+                .filter(|r| slot_of(r) > down_at)
+                .collect();
+            if !after.is_empty() {
+                break after;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "no run after the operator came back"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        };
+        // Three slots passed while it was down; the first run after its
+        // return is for the latest of them (or a later one, if it took a
+        // slot to start): none for the earlier ones.
+        assert!(up_at.as_second() - down_at.as_second() >= 30);
+        let first = after.iter().map(slot_of).min().unwrap();
+        assert!(
+            first.as_second() >= up_at.as_second() - 10,
+            "a run for an earlier missed slot ({first}; down {down_at}, up {up_at}): {:?}",
+            after.iter().map(|r| r.name_any()).collect::<Vec<_>>()
+        );
+        // Suspended: no next run, and the schedule takes none.
+        schedules
+            .patch(
+                "every10",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
+            )
+            .await
+            .unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            let st = schedules.get("every10").await.unwrap().status.unwrap();
+            if st.next_schedule_time.is_none() && st.active.is_none() {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "suspend never showed: {st:#?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+        let count = runs(&env).await.len();
+        tokio::time::sleep(std::time::Duration::from_secs(21)).await;
+        assert_eq!(
+            runs(&env).await.len(),
+            count,
+            "a suspended schedule took a snapshot"
+        );
+
+        // 5. No credential reached a log line, an Event, a status or a metric.
         let mut seen = vec![("logs", logs.text()), ("metrics", env.metrics_text())];
         let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
         seen.push((
@@ -568,7 +884,7 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             }
         }
 
-        // 5. No snapshot without a quorum the host verified: with two of
+        // 6. No snapshot without a quorum the host verified: with two of
         // three members gone and the operator stopped, a reconcile reports
         // QuorumUnverified and never opens a snapshot stream.
         env.kill_operator().await;

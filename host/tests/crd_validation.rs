@@ -17,6 +17,7 @@ struct Crds {
     members: Api<DynamicObject>,
     policies: Api<DynamicObject>,
     snapshots: Api<DynamicObject>,
+    schedules: Api<DynamicObject>,
     _dir: tempfile::TempDir,
 }
 
@@ -43,6 +44,7 @@ async fn applied() -> Crds {
         "etcdmembers.etcd.steward.dev",
         "etcdstatuspolicies.etcd.steward.dev",
         "etcdsnapshots.etcd.steward.dev",
+        "etcdbackupschedules.etcd.steward.dev",
     ] {
         established(&api, name).await;
     }
@@ -72,6 +74,11 @@ async fn applied() -> Crds {
             plane.client(),
             "default",
             &resource("EtcdSnapshot", "etcdsnapshots"),
+        ),
+        schedules: Api::namespaced_with(
+            plane.client(),
+            "default",
+            &resource("EtcdBackupSchedule", "etcdbackupschedules"),
         ),
         plane,
         _dir: dir,
@@ -256,8 +263,20 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
             "spec: Forbidden: spec.auth is not implemented yet",
         ),
         (
-            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"s3": {"bucket": "b", "key": "snap.db"}}}}}),
-            "spec: Forbidden: spec.bootstrap.restore is not implemented yet",
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"s3": {"endpoint": "https://s3.example.com", "bucket": "bkt", "key": "snap.db", "credentialsSecretRef": {"name": "c"}}}}}}),
+            "spec.bootstrap.restore.source.s3 needs sha256",
+        ),
+        (
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"pvc": {"claimName": "backups"}}}}}),
+            "spec.bootstrap.restore.source.pvc is not implemented yet",
+        ),
+        (
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {}}}}),
+            "spec.bootstrap.restore.source needs exactly one of snapshotRef, s3 or pvc",
+        ),
+        (
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"snapshotRef": {"name": "s"}, "sha256": "nothex"}}}}),
+            "spec.bootstrap.restore.source.sha256 in body should match",
         ),
         (
             json!({"version": "3.6.17", "replicas": 0, "storage": {"medium": "Memory", "size": "1Gi"}}),
@@ -286,6 +305,14 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
     // The accepted side of each: the same specs without the forbidden part.
     for (name, spec) in [
         ("bootstrap", json!({"version": "3.6.17", "bootstrap": {}})),
+        (
+            "from-snapshot",
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"snapshotRef": {"name": "nightly"}}}}}),
+        ),
+        (
+            "from-s3",
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"s3": {"endpoint": "https://s3.example.com", "bucket": "bkt", "key": "main/nightly.db", "credentialsSecretRef": {"name": "c"}}, "sha256": "sha256:abababababababababababababababababababababababababababababababab"}}}}),
+        ),
         ("paused", json!({"version": "3.6.17", "replicas": 0})),
         ("old-minor", json!({"version": "3.5.3"})),
         ("new-minor", json!({"version": "3.7.4"})),
@@ -380,6 +407,30 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     ] {
         let message = rejected(crds.patch_spec(name, json!({"storage": storage})).await);
         assert!(message.contains(class), "{name} {storage}: {message}");
+    }
+
+    // What a cluster was restored from is part of its history: it can be
+    // neither added later nor changed.
+    crds.create(
+        "restored",
+        json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"snapshotRef": {"name": "nightly"}}}}}),
+    )
+    .await
+    .unwrap();
+    let immutable = "spec.bootstrap.restore is immutable";
+    for (name, bootstrap) in [
+        (
+            "restored",
+            json!({"restore": {"source": {"snapshotRef": {"name": "other"}}}}),
+        ),
+        ("restored", json!({"restore": null})),
+        (
+            "pvc",
+            json!({"restore": {"source": {"snapshotRef": {"name": "nightly"}}}}),
+        ),
+    ] {
+        let message = rejected(crds.patch_spec(name, json!({"bootstrap": bootstrap})).await);
+        assert!(message.contains(immutable), "{name} {bootstrap}: {message}");
     }
     crds.plane.shutdown().await;
 }
@@ -577,5 +628,49 @@ async fn the_snapshot_rules_accept_and_reject_with_their_messages() {
         message.contains("an EtcdSnapshot's spec is immutable"),
         "{message}"
     );
+    crds.plane.shutdown().await;
+}
+
+/// EtcdBackupSchedule: the cron field count (the apiserver cannot parse
+/// cron; a schedule that has the fields but does not parse gets a condition).
+#[tokio::test]
+async fn the_schedule_rules_accept_and_reject_with_their_messages() {
+    let crds = applied().await;
+    let pp = PostParams::default();
+    let schedule = |name: &str, cron: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdBackupSchedule",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterRef": {"name": "main"},
+                "schedule": cron,
+                "destination": {"s3": {"endpoint": "https://s3.example.com", "bucket": "etcd-backups",
+                                       "credentialsSecretRef": {"name": "c"}}},
+            },
+        }))
+        .unwrap()
+    };
+    for (name, cron) in [
+        ("five", "0 * * * *"),
+        ("six", "*/10 * * * * *"),
+        ("macro", "@daily"),
+    ] {
+        crds.schedules
+            .create(&pp, &schedule(name, cron))
+            .await
+            .unwrap();
+    }
+    for cron in ["0 * *", "every hour", "0 0 * * * * * *"] {
+        let message = rejected(
+            crds.schedules
+                .create(&pp, &schedule("rejected", cron))
+                .await,
+        );
+        assert!(
+            message.contains("spec.schedule must be a cron expression of 5 fields"),
+            "{cron}: {message}"
+        );
+    }
     crds.plane.shutdown().await;
 }

@@ -3,7 +3,7 @@
 //!
 //! The spec is field-compatible with the cozystack etcd-operator `v1alpha2`
 //! spec, so a manifest written for it parses here unchanged. Fields whose
-//! behaviour is not implemented yet (TLS, auth, restore) are still typed —
+//! behaviour is not implemented yet (TLS, auth) are still typed —
 //! an untyped field would be pruned silently by the apiserver — and a CEL
 //! rule rejects them with a message saying so.
 
@@ -80,9 +80,11 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
     validation = Rule::new("!has(self.auth)").message(
         "spec.auth is not implemented yet (planned: etcd root user and auth enable); remove it"
     ).reason(Reason::FieldValueForbidden),
-    validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.restore)").message(
-        "spec.bootstrap.restore is not implemented yet (planned: restore from a snapshot); remove it"
-    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "(has(self.bootstrap) && has(self.bootstrap.restore)) == (has(oldSelf.bootstrap) && has(oldSelf.bootstrap.restore)) && (!(has(self.bootstrap) && has(self.bootstrap.restore)) || self.bootstrap.restore == oldSelf.bootstrap.restore)"
+    ).message(
+        "spec.bootstrap.restore is immutable: it says what the cluster was created from"
+    ),
     validation = Rule::new("!has(self.replicas) || self.replicas <= 7").message(
         "spec.replicas must be at most 7: every write waits for a majority of the voters, so more members make writes slower without useful extra fault tolerance (etcd recommends at most 7)"
     ),
@@ -156,7 +158,7 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 
-    /// One-time initialisation. `restore` is not implemented yet: rejected when set.
+    /// One-time initialisation: `restore` creates the cluster from a snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<BootstrapSpec>,
 
@@ -336,15 +338,46 @@ pub struct BootstrapSpec {
     pub restore: Option<RestoreSpec>,
 }
 
-/// Restore a new cluster from a snapshot. Not implemented yet.
+/// Create the cluster from a snapshot, once: the seed member starts from
+/// it, and the others join the restored seed as learners.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreSpec {
-    /// Where the snapshot is read from (`s3` or `pvc`, as in the anchor
-    /// operator). Kept open until restore is implemented, so such manifests
-    /// reach the CEL rule that rejects them instead of being pruned.
-    #[schemars(schema_with = "preserve_unknown_object")]
-    pub source: serde_json::Value,
+    pub source: RestoreSource,
+}
+
+/// A snapshot to restore: a Complete, verified EtcdSnapshot, or an S3
+/// object with its sha256 (`pvc`, the anchor's other source, is refused by
+/// CEL until snapshots to PVCs exist).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(
+    validation = Rule::new("[has(self.snapshotRef), has(self.s3), has(self.pvc)].filter(x, x).size() == 1")
+        .message("spec.bootstrap.restore.source needs exactly one of snapshotRef, s3 or pvc"),
+    validation = Rule::new("!has(self.pvc)").message(
+        "spec.bootstrap.restore.source.pvc is not implemented yet; restore from snapshotRef or s3"
+    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new("!has(self.s3) || has(self.sha256)").message(
+        "spec.bootstrap.restore.source.s3 needs sha256: the object's checksum, checked before anything starts"
+    ),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSource {
+    /// An EtcdSnapshot in the cluster's namespace; it must be Complete and
+    /// Verified. Its artifact's URI and checksum are used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_ref: Option<LocalObjectReference>,
+    /// An object in an S3-compatible store. Here `key` is the object's
+    /// whole key (not a prefix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<super::S3Location>,
+    /// The sha256 of the `s3` object, `sha256:<hex>` or `<hex>` (an
+    /// EtcdSnapshot's `artifact.checksum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
+    /// Not implemented yet: refused by CEL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<super::PvcLocation>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

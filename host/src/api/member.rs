@@ -37,6 +37,7 @@ use super::cluster::StorageSpec;
 #[x_kube(
     validation = Rule::new("self.cluster == oldSelf.cluster").message("spec.cluster is immutable"),
     validation = Rule::new("self.bootstrap == oldSelf.bootstrap").message("spec.bootstrap is immutable"),
+    validation = Rule::new("has(self.restore) == has(oldSelf.restore) && (!has(self.restore) || self.restore == oldSelf.restore)").message("spec.restore is immutable"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdMemberSpec {
@@ -60,6 +61,21 @@ pub struct EtcdMemberSpec {
     /// Paused (cluster at 0 replicas): no Pod, the PVC is kept.
     #[serde(default)]
     pub dormant: bool,
+    /// The seed of a restored cluster: the snapshot its data starts from,
+    /// resolved and checked by the cluster controller before the member
+    /// was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<MemberRestore>,
+}
+
+/// A snapshot object a seed member is restored from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberRestore {
+    /// The store, with `key` the object's whole key.
+    pub s3: super::S3Location,
+    /// The object's sha256, hex.
+    pub sha256: String,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

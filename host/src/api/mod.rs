@@ -1,16 +1,18 @@
 //! The Kubernetes API of etcd-steward: group `etcd.steward.dev`, version
-//! `v1alpha1`, kinds `EtcdCluster`, `EtcdMember`, `EtcdStatusPolicy` and
-//! `EtcdSnapshot`.
+//! `v1alpha1`, kinds `EtcdCluster`, `EtcdMember`, `EtcdStatusPolicy`,
+//! `EtcdSnapshot` and `EtcdBackupSchedule`.
 
 mod cluster;
 mod member;
+mod schedule;
 mod schema;
 mod snapshot;
 mod status_patch;
 mod status_policy;
 
 pub use cluster::*;
-pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus};
+pub use member::{EtcdMember, EtcdMemberSpec, EtcdMemberStatus, MemberRestore};
+pub use schedule::*;
 pub use snapshot::*;
 pub use status_patch::{WholeStatus, write_whole_status};
 pub use status_policy::*;
@@ -32,6 +34,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         EtcdMember::crd(),
         EtcdStatusPolicy::crd(),
         EtcdSnapshot::crd(),
+        EtcdBackupSchedule::crd(),
     ]
     .into_iter()
     .map(without_null_enum_values)

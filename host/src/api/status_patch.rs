@@ -13,7 +13,10 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{EtcdClusterStatus, EtcdMemberStatus, EtcdSnapshotStatus, EtcdStatusPolicyStatus};
+use super::{
+    EtcdBackupScheduleStatus, EtcdClusterStatus, EtcdMemberStatus, EtcdSnapshotStatus,
+    EtcdStatusPolicyStatus,
+};
 
 /// A status type the operator writes whole.
 pub trait WholeStatus: Serialize + JsonSchema {
@@ -64,6 +67,14 @@ impl WholeStatus for EtcdClusterStatus {
 impl WholeStatus for EtcdMemberStatus {
     fn fields() -> &'static [String] {
         static FIELDS: LazyLock<Vec<String>> = LazyLock::new(field_names::<EtcdMemberStatus>);
+        &FIELDS
+    }
+}
+
+impl WholeStatus for EtcdBackupScheduleStatus {
+    fn fields() -> &'static [String] {
+        static FIELDS: LazyLock<Vec<String>> =
+            LazyLock::new(field_names::<EtcdBackupScheduleStatus>);
         &FIELDS
     }
 }

@@ -9,6 +9,7 @@ pub mod policy;
 pub mod run;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod snapshot;
 
 /// The release and the commit it was built from (`host/build.rs`).
 pub const VERSION: &str = concat!(
@@ -50,7 +51,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the operator against the cluster of the current kubeconfig (or in-cluster).
     Run(run::RunArgs),
-    /// Print the CRDs (EtcdCluster, EtcdMember, EtcdStatusPolicy, EtcdSnapshot) as YAML.
+    /// Print the CRDs (EtcdCluster, EtcdMember, EtcdStatusPolicy, EtcdSnapshot,
+    /// EtcdBackupSchedule) as YAML.
     Crd,
     /// A local sandbox: test control plane, real etcd, the operator and an
     /// example EtcdCluster, in one process. Not for production.
@@ -59,6 +61,9 @@ pub enum Command {
     /// Test, evaluate and inspect status policies, without a cluster.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// The steps a restored member's Pod runs (its init containers).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -75,6 +80,7 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Policy(command) => policy::run(command),
         Command::Crd => crd::run().map(|()| ExitCode::SUCCESS),
+        Command::Snapshot(command) => snapshot::run(command).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => runtime()
             .and_then(|rt| rt.block_on(run::run(args)))
             .map(|()| ExitCode::SUCCESS),

@@ -94,6 +94,11 @@ pub struct RunArgs {
     /// 0 turns crash-loop self-heal off.
     #[arg(long, default_value_t = 5)]
     pub crash_loop_threshold: u32,
+    /// The operator's own image, which a restored cluster's seed Pod runs
+    /// (init containers that fetch the snapshot and install the restored
+    /// data). The manifests and the chart set it to the Deployment's image.
+    #[arg(long, env = "ETCD_STEWARD_IMAGE", default_value = concat!("etcd-steward:", env!("CARGO_PKG_VERSION")))]
+    pub operator_image: String,
     /// Attempts at one EtcdSnapshot (5 s after the first failure, doubling)
     /// before its phase is Failed.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
@@ -118,6 +123,7 @@ impl RunArgs {
             policy_recheck: Duration::from_secs(self.policy_recheck_seconds),
             crash_loop_threshold: self.crash_loop_threshold,
             snapshot_attempts: self.snapshot_attempts,
+            operator_image: self.operator_image.clone(),
             policy_namespace: self
                 .policy_namespace
                 .clone()

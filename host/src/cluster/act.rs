@@ -202,7 +202,15 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
             }
             let name = resources::new_member_name(&cluster.name_any());
             let initial = resources::seed_initial_cluster(&name, &cluster.name_any(), &ns);
-            let member = resources::etcd_member(cluster, &name, &initial, true)?;
+            let mut member = resources::etcd_member(cluster, &name, &initial, true)?;
+            match &e.observed.restore {
+                Some(Ok(restore)) => member.spec.restore = Some(restore.clone()),
+                // The planner creates no seed for a refused restore; a
+                // restore never checked is no reason to start empty.
+                Some(Err(_)) => return Ok(()),
+                None if crate::restore::source(cluster).is_some() => return Ok(()),
+                None => {}
+            }
             members
                 .create(&PostParams::default(), &member)
                 .await

@@ -55,6 +55,9 @@ pub struct Observed {
     /// Defragmentations this process ran since the stored status was
     /// written, by member name ([`Context::defrags`]).
     pub defrags: std::collections::HashMap<String, crate::api::LastDefrag>,
+    /// `spec.bootstrap.restore`, read and checked, while the seed is still
+    /// to be created; None otherwise.
+    pub restore: Option<Result<crate::api::MemberRestore, crate::snapshot::Problem>>,
     pub now: jiff::Timestamp,
 }
 
@@ -114,6 +117,10 @@ impl Observed {
             desired: self.cluster.spec.replicas.max(0) as u32,
             deleting: self.cluster.metadata.deletion_timestamp.is_some(),
             cluster_id_latched: self.cluster_id.is_some(),
+            restore_refused: match &self.restore {
+                Some(Err(p)) => Some((p.reason, p.message.clone())),
+                _ => None,
+            },
             quorum_verified,
             members: self
                 .members
@@ -269,12 +276,20 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         settings: settings_text(cluster),
     };
 
+    // A restore is resolved (its object read whole) only while there is
+    // no seed yet: it decides what the seed starts from.
+    let restore = if members.is_empty() && cluster_id.is_none() {
+        crate::restore::resolve(cluster, ctx).await
+    } else {
+        None
+    };
     Observed {
         defrags: ctx.defrags(cluster.as_ref()),
         cluster: cluster.clone(),
         members,
         observation,
         cluster_id,
+        restore,
         now,
     }
 }

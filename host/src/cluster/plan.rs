@@ -46,6 +46,9 @@ pub struct Facts {
     pub desired: u32,
     pub deleting: bool,
     pub cluster_id_latched: bool,
+    /// Why the seed cannot be restored from `spec.bootstrap.restore`
+    /// (reason, message): no seed is created.
+    pub restore_refused: Option<(&'static str, String)>,
     /// etcd confirmed a quorum in this reconcile's probe (the host's own
     /// check, [`crate::facts::quorum`]; never the policy's word).
     pub quorum_verified: bool,
@@ -246,6 +249,11 @@ pub fn plan(f: &Facts) -> Step {
     if live.is_empty() {
         return if f.cluster_id_latched {
             Step::Wait("every member object is gone but the cluster ID is latched; not re-seeding over existing data".into())
+        } else if let Some((reason, message)) = &f.restore_refused {
+            Step::Refuse {
+                reason,
+                message: format!("not restoring: {message}"),
+            }
         } else {
             Step::CreateSeed
         };
@@ -542,6 +550,25 @@ mod tests {
             target_version: "3.6.17".into(),
             ..Facts::default()
         }
+    }
+
+    #[test]
+    fn a_restore_that_does_not_check_out_creates_no_seed() {
+        let f = Facts {
+            desired: 3,
+            restore_refused: Some((
+                "RestoreChecksumMismatch",
+                "s3://b/k.db has sha256 01, not 02".into(),
+            )),
+            ..Facts::default()
+        };
+        assert_eq!(
+            plan(&f),
+            Step::Refuse {
+                reason: "RestoreChecksumMismatch",
+                message: "not restoring: s3://b/k.db has sha256 01, not 02".into()
+            }
+        );
     }
 
     #[test]

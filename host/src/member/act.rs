@@ -136,7 +136,13 @@ async fn step(o: &Observed, cluster: &EtcdCluster, ctx: &Context) -> Result<Dura
                 settled(pvcs.create(&PostParams::default(), &pvc).await.map(drop))
                     .map_err(kube(format!("creating PVC {}", pvc.name_any())))?;
             }
-            let pod = resources::member_pod(cluster, member, &ctx.config.etcd_image)?;
+            let mut pod = resources::member_pod(cluster, member, &ctx.config.etcd_image)?;
+            crate::restore::pod::add_init_containers(
+                &mut pod,
+                cluster,
+                member,
+                &ctx.config.operator_image,
+            );
             settled(pods.create(&PostParams::default(), &pod).await.map(drop))
                 .map_err(kube(format!("creating Pod {name}")))?;
         }

@@ -29,6 +29,7 @@ pub fn etcd_member(
             cluster_token: cluster_token(cluster),
             bootstrap,
             dormant: false,
+            restore: None,
         },
     );
     member.metadata = ObjectMeta {

@@ -186,6 +186,7 @@ pub(crate) mod fixtures {
                 cluster_token: "main-uid-cluster".into(),
                 bootstrap,
                 dormant: false,
+                restore: None,
             },
         );
         m.metadata.namespace = Some("prod".into());

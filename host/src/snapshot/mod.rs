@@ -142,25 +142,7 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
             "spec.destination.s3 is not set (destination.pvc is not implemented)",
         )
     })?;
-    let secret_name = &location.credentials_secret_ref.name;
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(secret_name)
-        .await
-        .map_err(|e| {
-            Problem::retry(
-                reason::CREDENTIALS_NOT_FOUND,
-                format!("reading Secret {ns}/{secret_name}: {e}"),
-            )
-        })?
-        .ok_or_else(|| {
-            Problem::retry(
-                reason::CREDENTIALS_NOT_FOUND,
-                format!(
-                    "Secret {ns}/{secret_name} (destination.s3.credentialsSecretRef) does not exist"
-                ),
-            )
-        })?;
-    let credentials = Credentials::from_secret(&secret)?;
+    let credentials = credentials(ctx, &ns, location).await?;
     let destination = Destination::new(location, &snap.name_any(), &credentials)?;
 
     let targets: Vec<ProbeTarget> = cluster_members(ctx, &cluster)
@@ -205,6 +187,33 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
         version,
         destination,
     })
+}
+
+/// The access key pair `location` names, read by name (no list or watch).
+pub async fn credentials(
+    ctx: &Context,
+    ns: &str,
+    location: &crate::api::S3Location,
+) -> Result<Credentials, Problem> {
+    let secret_name = &location.credentials_secret_ref.name;
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(secret_name)
+        .await
+        .map_err(|e| {
+            Problem::retry(
+                reason::CREDENTIALS_NOT_FOUND,
+                format!("reading Secret {ns}/{secret_name}: {e}"),
+            )
+        })?
+        .ok_or_else(|| {
+            Problem::retry(
+                reason::CREDENTIALS_NOT_FOUND,
+                format!(
+                    "Secret {ns}/{secret_name} (destination.s3.credentialsSecretRef) does not exist"
+                ),
+            )
+        })?;
+    Credentials::from_secret(&secret)
 }
 
 /// Streams, uploads and reads back.

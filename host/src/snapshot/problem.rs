@@ -24,6 +24,12 @@ pub mod reason {
     /// A previous attempt was cut off (the operator stopped mid-stream).
     pub const INTERRUPTED: &str = "Interrupted";
     pub const ATTEMPTS_EXHAUSTED: &str = "AttemptsExhausted";
+    /// A restore source that is not there.
+    pub const OBJECT_NOT_FOUND: &str = "RestoreSourceNotFound";
+    /// A restore source whose sha256 is not the one it was named with.
+    pub const CHECKSUM_MISMATCH: &str = "RestoreChecksumMismatch";
+    /// A restore source EtcdSnapshot that is not Complete and Verified.
+    pub const NOT_VERIFIED_SOURCE: &str = "RestoreSourceNotVerified";
     pub const STARTED: &str = "Started";
     pub const COMPLETE: &str = "Complete";
     /// The Verified condition's reason: the object was read back whole.

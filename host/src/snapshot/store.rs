@@ -44,6 +44,13 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    pub fn new(access_key_id: String, secret_access_key: String) -> Self {
+        Self {
+            access_key_id,
+            secret_access_key,
+        }
+    }
+
     /// The pair in `secret`, or which keys it lacks (names only).
     pub fn from_secret(secret: &Secret) -> Result<Self, Problem> {
         let name = secret.metadata.name.clone().unwrap_or_default();
@@ -123,8 +130,20 @@ impl Destination {
         name: &str,
         credentials: &Credentials,
     ) -> Result<Self, Problem> {
+        Self::object(
+            location,
+            object_key(location.key.as_deref(), name),
+            credentials,
+        )
+    }
+
+    /// The object at the whole key `key` of `location`'s bucket.
+    pub fn object(
+        location: &S3Location,
+        key: String,
+        credentials: &Credentials,
+    ) -> Result<Self, Problem> {
         let redactor = credentials.redactor();
-        let key = object_key(location.key.as_deref(), name);
         let endpoint = endpoint_for(location)?;
         let mut options = ClientOptions::new()
             .with_allow_http(location.endpoint.starts_with("http://"))
@@ -262,6 +281,77 @@ impl Destination {
                 Err(problem)
             }
         }
+    }
+
+    /// Deletes the object if EtcdSnapshot `uid` wrote it (its metadata says
+    /// so); an object it did not write, or none, is left alone. Ok(false):
+    /// nothing was deleted.
+    pub async fn delete_if_written_by(&self, uid: &str) -> Result<bool, Problem> {
+        let head = GetOptions {
+            head: true,
+            ..Default::default()
+        };
+        let found = match self.store.get_opts(&self.path, head).await {
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.problem(&e)),
+            Ok(found) => found,
+        };
+        let owner = found
+            .attributes
+            .get(&Attribute::Metadata(OWNER_METADATA.into()))
+            .map(|v| v.as_ref().to_owned());
+        if owner.as_deref() != Some(uid) {
+            return Ok(false);
+        }
+        self.store
+            .delete(&self.path)
+            .await
+            .map_err(|e| self.problem(&e))?;
+        Ok(true)
+    }
+
+    /// The object's bytes, streamed.
+    pub async fn open(
+        &self,
+    ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, Problem>>, Problem> {
+        let got = self.store.get(&self.path).await.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => Problem::retry(
+                reason::OBJECT_NOT_FOUND,
+                format!("{} does not exist", self.uri),
+            ),
+            e => self.problem(&e),
+        })?;
+        let (redactor, uri) = (self.redactor.clone(), self.uri.clone());
+        Ok(got
+            .into_stream()
+            .map(move |c| c.map_err(|e| classify(&redactor.clean(&error_chain(&e)), &uri)))
+            .boxed())
+    }
+
+    /// Reads the object whole, hashing it as a snapshot stream: its sha256
+    /// must be `sha256` (hex) and etcd's own trailing sha256 must match the
+    /// bytes before it. The object's size on success.
+    pub async fn verify(&self, sha256: &str) -> Result<u64, Problem> {
+        let mut stream = self.open().await?;
+        let mut hasher = IntegrityHasher::default();
+        while let Some(chunk) = stream.next().await {
+            hasher.update(&chunk?);
+        }
+        // The checksum it was named with first: it is what a person can
+        // compare; etcd's own trailer then catches a snapshot that was
+        // corrupt when it was taken.
+        let (written, trailer) = hasher.into_parts();
+        if written.sha256 != sha256 {
+            return Err(Problem::fatal(
+                reason::CHECKSUM_MISMATCH,
+                format!(
+                    "{} has sha256 {}, not the {sha256} it was named with: it is not the snapshot that was taken, and is not restored",
+                    self.uri, written.sha256
+                ),
+            ));
+        }
+        trailer.map_err(|p| Problem::fatal(p.reason, format!("{}: {}", self.uri, p.message)))?;
+        Ok(written.size)
     }
 
     /// Reads the object back whole and checks its size and sha256 against

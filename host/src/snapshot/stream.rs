@@ -37,6 +37,21 @@ impl IntegrityHasher {
 
     /// The object's size and sha256, once etcd's trailer matches the body.
     pub fn finish(self) -> Result<Written, Problem> {
+        let (written, trailer) = self.into_parts();
+        trailer.map(|()| written)
+    }
+
+    /// The object's size and sha256, and whether etcd's trailer matches.
+    pub fn into_parts(self) -> (Written, Result<(), Problem>) {
+        let trailer = self.check_trailer();
+        let written = Written {
+            size: self.size,
+            sha256: hex::encode(self.whole.finalize()),
+        };
+        (written, trailer)
+    }
+
+    fn check_trailer(&self) -> Result<(), Problem> {
         if self.tail.len() < HASH_LEN {
             return Err(Problem::retry(
                 reason::INTEGRITY_CHECK_FAILED,
@@ -46,7 +61,7 @@ impl IntegrityHasher {
                 ),
             ));
         }
-        let body = self.body.finalize();
+        let body = self.body.clone().finalize();
         if body.as_slice() != self.tail.as_slice() {
             return Err(Problem::retry(
                 reason::INTEGRITY_CHECK_FAILED,
@@ -58,10 +73,7 @@ impl IntegrityHasher {
                 ),
             ));
         }
-        Ok(Written {
-            size: self.size,
-            sha256: hex::encode(self.whole.finalize()),
-        })
+        Ok(())
     }
 }
 

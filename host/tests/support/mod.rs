@@ -72,6 +72,8 @@ pub fn run_args() -> RunArgs {
         crash_loop_threshold: 5,
         // Two: a snapshot fault test sees Failed after one 5 s backoff.
         snapshot_attempts: 2,
+        // The local kubelet runs this image as the binary under test.
+        operator_image: "etcd-steward:test".into(),
         leader_elect: false,
         leader_election_namespace: OPERATOR_NS.into(),
     }
@@ -84,9 +86,16 @@ impl Env {
             .with_test_writer()
             .try_init();
         let dir = tempfile::tempdir().expect("a temp dir");
-        let plane = ControlPlane::start(dir.path())
-            .await
-            .expect("the test control plane starts (run the tests through `make test`)");
+        // The operator's image (a restored seed's init containers) runs the
+        // binary under test, as the image would.
+        let plane = ControlPlane::start_with(dir.path(), |k| {
+            k.images.push(steward_testbed::kubelet::launch::LocalImage {
+                repository: "etcd-steward".into(),
+                program: env!("CARGO_BIN_EXE_etcd-steward").into(),
+            })
+        })
+        .await
+        .expect("the test control plane starts (run the tests through `make test`)");
         let client = plane.client();
         install(&plane).await;
         let operator_client = plane

@@ -1,0 +1,143 @@
+//! Restoring a new cluster from a snapshot (`spec.bootstrap.restore`).
+//!
+//! Guarantees:
+//! - Nothing starts from an object the operator has not read whole first:
+//!   before the seed EtcdMember is created, [`resolve`] reads the object,
+//!   and its sha256 must be the one it was named with (an EtcdSnapshot's
+//!   checksum, or `source.sha256`) and etcd's own trailing sha256 must match
+//!   its bytes. A mismatch is `Stalled=True`/`RestoreChecksumMismatch`, and
+//!   no member is created.
+//! - The seed's Pod checks the sha256 again as it downloads
+//!   ([`crate::cli::snapshot`]), so an object swapped in between is caught.
+//! - Only the seed restores (`etcdutl snapshot restore` with the seed alone
+//!   in its initial cluster, so the cluster and member IDs are new); the
+//!   other members join it as learners, as in any bootstrap, and receive
+//!   the data from it. One copy of the snapshot is read, and every member
+//!   ends with the same data by raft, not by N restores that must agree.
+//! - Existing data is never replaced: the restore is installed into the
+//!   data directory only if it holds no member yet ([`pod`]).
+
+pub mod pod;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::api::{EtcdCluster, MemberRestore, RestoreSource, SnapshotPhase};
+use crate::context::Context;
+use crate::snapshot::store::Destination;
+use crate::snapshot::{Problem, reason};
+
+/// The source `spec.bootstrap.restore` names, if any.
+pub fn source(cluster: &EtcdCluster) -> Option<&RestoreSource> {
+    Some(&cluster.spec.bootstrap.as_ref()?.restore.as_ref()?.source)
+}
+
+/// The object and checksum `source` stands for, without reading it.
+pub fn locate(source: &RestoreSource, ns: &str, ctx: &Context) -> Result<MemberRestore, Problem> {
+    if let Some(r) = &source.snapshot_ref {
+        let snap = ctx
+            .watches
+            .snapshots
+            .store()
+            .get(&ObjectRef::new(&r.name).within(ns))
+            .ok_or_else(|| {
+                Problem::retry(
+                    reason::OBJECT_NOT_FOUND,
+                    format!("EtcdSnapshot {ns}/{} does not exist", r.name),
+                )
+            })?;
+        let status = snap.status.clone().unwrap_or_default();
+        let verified = status
+            .condition("Verified")
+            .is_some_and(|c| c.status == "True");
+        let (Some(SnapshotPhase::Complete), true, Some(artifact), Some(s3)) = (
+            status.phase,
+            verified,
+            status.artifact.as_ref(),
+            snap.spec.destination.s3.as_ref(),
+        ) else {
+            return Err(Problem::retry(
+                reason::NOT_VERIFIED_SOURCE,
+                format!(
+                    "EtcdSnapshot {ns}/{} is not Complete and Verified (phase {:?}); only a verified snapshot is restored",
+                    r.name, status.phase
+                ),
+            ));
+        };
+        let key = artifact
+            .uri
+            .strip_prefix(&format!("s3://{}/", s3.bucket))
+            .ok_or_else(|| {
+                Problem::fatal(
+                    reason::INVALID_SPEC,
+                    format!(
+                        "EtcdSnapshot {ns}/{}: artifact {} is not in bucket {}",
+                        r.name, artifact.uri, s3.bucket
+                    ),
+                )
+            })?;
+        return Ok(MemberRestore {
+            s3: crate::api::S3Location {
+                key: Some(key.to_owned()),
+                ..s3.clone()
+            },
+            sha256: hex_of(&artifact.checksum),
+        });
+    }
+    match (&source.s3, &source.sha256) {
+        (Some(s3), Some(sha)) if s3.key.as_deref().is_some_and(|k| !k.is_empty()) => {
+            Ok(MemberRestore {
+                s3: s3.clone(),
+                sha256: hex_of(sha),
+            })
+        }
+        _ => Err(Problem::fatal(
+            reason::INVALID_SPEC,
+            "spec.bootstrap.restore.source needs snapshotRef, or s3 with the object's key and sha256",
+        )),
+    }
+}
+
+/// `sha256:<hex>` or `<hex>`, as hex.
+fn hex_of(checksum: &str) -> String {
+    checksum
+        .strip_prefix("sha256:")
+        .unwrap_or(checksum)
+        .to_ascii_lowercase()
+}
+
+/// Locates the source and reads it whole: the restore the seed may start
+/// from, or why none.
+pub async fn resolve(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+) -> Option<Result<MemberRestore, Problem>> {
+    let source = source(cluster)?;
+    let ns = cluster.namespace().unwrap_or_default();
+    let uid = cluster.uid().unwrap_or_default();
+    if let Some(known) = ctx.restore_checked(&uid) {
+        return Some(known);
+    }
+    let outcome = async {
+        let restore = locate(source, &ns, ctx)?;
+        let credentials = crate::snapshot::credentials(ctx, &ns, &restore.s3).await?;
+        let key = restore.s3.key.clone().unwrap_or_default();
+        let object = Destination::object(&restore.s3, key, &credentials)?;
+        object.verify(&restore.sha256).await?;
+        Ok(restore)
+    }
+    .await;
+    ctx.record_restore_check(&uid, &outcome);
+    Some(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksums_are_compared_as_lowercase_hex() {
+        assert_eq!(hex_of("sha256:ABCD"), "abcd");
+        assert_eq!(hex_of("abcd"), "abcd");
+    }
+}
