@@ -252,7 +252,13 @@ impl Context {
         let map = self.restore_checks.lock().expect("poisoned");
         let (at, outcome) = map.get(uid)?;
         let fresh = jiff::Timestamp::now().duration_since(*at).unsigned_abs() < RESTORE_RECHECK;
-        (outcome.is_ok() || fresh).then(|| outcome.clone())
+        // A verified source, and a fatal refusal (the source is immutable:
+        // a mismatching checksum stays one), are not read again.
+        let stands = match outcome {
+            Ok(_) => true,
+            Err(p) => !p.retry || fresh,
+        };
+        stands.then(|| outcome.clone())
     }
 
     pub fn record_restore_check(

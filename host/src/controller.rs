@@ -96,6 +96,9 @@ where
     deleted.map(move |obj| ctx.forget(obj.as_ref())).boxed()
 }
 
+/// Snapshots streamed at once; more wait their turn.
+const SNAPSHOTS_AT_ONCE: u16 = 4;
+
 /// A spec change (generation): status writes are no trigger.
 fn generation<K: kube::Resource>(obj: &K) -> Option<u64> {
     obj.meta().generation.map(|g| g as u64)
@@ -116,6 +119,9 @@ pub async fn run(
         w.snapshots.subscribe_when(generation),
         w.snapshots.store().clone(),
     )
+    // Each snapshot in flight holds up to three 8 MiB parts: bounded, so
+    // a fleet's midnight schedules cannot exhaust the operator's memory.
+    .with_config(kube::runtime::controller::Config::default().concurrency(SNAPSHOTS_AT_ONCE))
     .run(
         crate::snapshot::reconcile_snapshot,
         error_policy,
@@ -246,6 +252,19 @@ pub async fn run(
             forgetting(&ctx, w.members.deletions()),
             forgetting(&ctx, w.services.deletions()),
             forgetting(&ctx, w.pdbs.deletions()),
+            {
+                // A deleted schedule's interval must not keep an alert armed.
+                let ctx = ctx.clone();
+                w.schedules
+                    .deletions()
+                    .map(move |s| {
+                        ctx.metrics.set_schedule_interval(
+                            &crate::schedule::schedule_labels(s.as_ref()),
+                            None,
+                        )
+                    })
+                    .boxed()
+            },
         ])
         .for_each(|()| futures::future::ready(()))
     };

@@ -43,6 +43,14 @@ struct MemberLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScheduleLabels {
+    pub namespace: String,
+    /// The cluster, as in every per-cluster series.
+    pub name: String,
+    pub schedule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabels {
     namespace: String,
     name: String,
@@ -98,6 +106,7 @@ struct ClusterFamilies {
     snapshot_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     snapshot_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     snapshot_size: Family<ClusterLabels, Gauge>,
+    schedule_interval: Family<ScheduleLabels, Gauge<f64, AtomicU64>>,
 }
 
 pub struct Metrics {
@@ -212,6 +221,11 @@ impl Default for Metrics {
             "cluster_snapshot_last_duration_seconds",
             "How long the last verified snapshot took, stream, upload and read-back",
             c.snapshot_duration.clone(),
+        );
+        registry.register(
+            "backup_schedule_interval_seconds",
+            "The interval between two runs of each active EtcdBackupSchedule (absent while suspended or invalid)",
+            c.schedule_interval.clone(),
         );
         registry.register(
             "cluster_snapshot_last_size_bytes",
@@ -356,6 +370,29 @@ impl Metrics {
         c.snapshot_size
             .get_or_create(id)
             .set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
+
+    /// A schedule of cluster `id` saw its newest verified run complete at
+    /// `at_s` (Unix seconds): the last-success series moves forward only,
+    /// so after a restart it is back as soon as the schedules are read.
+    pub fn observe_backup_success(&self, id: &ClusterLabels, at_s: f64) {
+        let g = self.clusters.snapshot_last_success.get_or_create(id);
+        if g.get() < at_s {
+            g.set(at_s);
+        }
+    }
+
+    /// A schedule's interval; None removes its series (suspended, invalid,
+    /// deleted).
+    pub fn set_schedule_interval(&self, id: &ScheduleLabels, seconds: Option<f64>) {
+        match seconds {
+            Some(s) => {
+                self.clusters.schedule_interval.get_or_create(id).set(s);
+            }
+            None => {
+                self.clusters.schedule_interval.remove(id);
+            }
+        }
     }
 
     /// A snapshot attempt of cluster `id` failed with `reason`.

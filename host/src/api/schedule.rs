@@ -74,9 +74,9 @@ pub struct EtcdBackupScheduleSpec {
     #[serde(default)]
     pub retention: Retention,
     /// Failed snapshots (EtcdSnapshot objects, with their conditions) kept
-    /// for inspection.
+    /// for inspection; at least 1, so the newest failure stays visible.
     #[serde(default = "default_failed_history")]
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = 1, max = 100))]
     #[schemars(extend("format" = "int32"))]
     pub failed_history_limit: u32,
 }

@@ -71,8 +71,11 @@ pub fn run(command: SnapshotCommand) -> anyhow::Result<()> {
 
 async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
     let env = |name: &str| {
+        // Trimmed as the operator trims the Secret's values: a key written
+        // with a trailing newline works the same in both.
         std::env::var(name)
             .ok()
+            .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
             .with_context(|| format!("{name} is not set"))
     };

@@ -118,7 +118,7 @@ impl Observed {
             deleting: self.cluster.metadata.deletion_timestamp.is_some(),
             cluster_id_latched: self.cluster_id.is_some(),
             restore_refused: match &self.restore {
-                Some(Err(p)) => Some((p.reason, p.message.clone())),
+                Some(Err(p)) => Some((p.reason, p.message.clone(), p.retry)),
                 _ => None,
             },
             quorum_verified,

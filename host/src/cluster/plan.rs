@@ -47,8 +47,9 @@ pub struct Facts {
     pub deleting: bool,
     pub cluster_id_latched: bool,
     /// Why the seed cannot be restored from `spec.bootstrap.restore`
-    /// (reason, message): no seed is created.
-    pub restore_refused: Option<(&'static str, String)>,
+    /// (reason, message, whether it may pass: a source still being taken,
+    /// a store not answering): no seed is created.
+    pub restore_refused: Option<(&'static str, String, bool)>,
     /// etcd confirmed a quorum in this reconcile's probe (the host's own
     /// check, [`crate::facts::quorum`]; never the policy's word).
     pub quorum_verified: bool,
@@ -249,10 +250,14 @@ pub fn plan(f: &Facts) -> Step {
     if live.is_empty() {
         return if f.cluster_id_latched {
             Step::Wait("every member object is gone but the cluster ID is latched; not re-seeding over existing data".into())
-        } else if let Some((reason, message)) = &f.restore_refused {
-            Step::Refuse {
-                reason,
-                message: format!("not restoring: {message}"),
+        } else if let Some((reason, message, retry)) = &f.restore_refused {
+            if *retry {
+                Step::Wait(format!("waiting to restore ({reason}): {message}"))
+            } else {
+                Step::Refuse {
+                    reason,
+                    message: format!("not restoring: {message}"),
+                }
             }
         } else {
             Step::CreateSeed
@@ -559,6 +564,7 @@ mod tests {
             restore_refused: Some((
                 "RestoreChecksumMismatch",
                 "s3://b/k.db has sha256 01, not 02".into(),
+                false,
             )),
             ..Facts::default()
         };
@@ -569,6 +575,16 @@ mod tests {
                 message: "not restoring: s3://b/k.db has sha256 01, not 02".into()
             }
         );
+        // A source that may still come (a snapshot being taken) is waited for.
+        let f = Facts {
+            restore_refused: Some((
+                "RestoreSourceNotVerified",
+                "EtcdSnapshot ns/s is not Complete".into(),
+                true,
+            )),
+            ..f
+        };
+        assert!(matches!(plan(&f), Step::Wait(m) if m.contains("RestoreSourceNotVerified")));
     }
 
     #[test]

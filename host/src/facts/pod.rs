@@ -96,13 +96,67 @@ pub fn pod_facts(pod: Option<&Pod>) -> PodFacts {
                 (Some(r), Some(m)) if !m.is_empty() => format!("{r}: {m}"),
                 (Some(r), _) => r.clone(),
                 (None, _) => unreachable!("filtered"),
-            }),
+            })
+            .or_else(|| init_stuck(pod)),
     }
+}
+
+/// An init container (a restored seed's) that cannot start or failed:
+/// while it is stuck the etcd container only waits, `PodInitializing`.
+fn init_stuck(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.init_container_statuses.as_ref()?;
+    statuses.iter().find_map(|c| {
+        let state = c.state.as_ref()?;
+        if let Some(w) = &state.waiting {
+            let r = w.reason.as_deref()?;
+            if matches!(r, "ContainerCreating" | "PodInitializing") {
+                return None;
+            }
+            let m = w.message.as_deref().unwrap_or_default();
+            return Some(format!("init container {}: {r}: {m}", c.name));
+        }
+        let t = state.terminated.as_ref().filter(|t| t.exit_code != 0)?;
+        Some(format!(
+            "init container {} exited {}: {}",
+            c.name,
+            t.exit_code,
+            t.message
+                .as_deref()
+                .or(t.reason.as_deref())
+                .unwrap_or_default()
+        ))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_init_container_that_cannot_start_says_why() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "main-0"},
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {"name": "fetch-snapshot", "image": "etcd-steward:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                    {"name": "restore-snapshot", "image": "etcd:v3.6.17", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secrets \"s3\" not found"}}},
+                ],
+                "containerStatuses": [
+                    {"name": "etcd", "image": "etcd:v3.6.17", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"waiting": {"reason": "PodInitializing"}}},
+                ],
+            },
+        }))
+        .unwrap();
+        let stuck = pod_facts(Some(&pod)).stuck.unwrap();
+        assert!(
+            stuck.starts_with("init container restore-snapshot: CreateContainerConfigError"),
+            "{stuck}"
+        );
+    }
 
     #[test]
     fn a_pod_that_exited_after_sigterm_reads_as_succeeded_and_not_ready() {

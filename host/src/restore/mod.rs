@@ -98,6 +98,39 @@ pub fn locate(source: &RestoreSource, ns: &str, ctx: &Context) -> Result<MemberR
     }
 }
 
+/// What the seed's volume must hold at once while it restores: the
+/// downloaded snapshot, the restored database (about as large), and the
+/// WAL etcdutl preallocates.
+pub fn restore_needs(snapshot_bytes: u64) -> u64 {
+    snapshot_bytes.saturating_mul(2).saturating_add(WAL_BYTES)
+}
+
+const WAL_BYTES: u64 = 64 << 20;
+
+/// Refuses a snapshot the seed's volume (`spec.storage.size`) cannot hold
+/// while it restores: otherwise the restore fails for want of space
+/// inside the seed's Pod.
+fn fits(cluster: &EtcdCluster, snapshot_bytes: u64) -> Result<(), Problem> {
+    let size = &cluster.spec.storage.size;
+    let Some(volume) = kube_quantity::ParsedQuantity::try_from(size)
+        .ok()
+        .and_then(|q| q.to_bytes_i128())
+    else {
+        return Ok(());
+    };
+    let needs = restore_needs(snapshot_bytes);
+    if i128::from(needs) > volume {
+        return Err(Problem::fatal(
+            reason::VOLUME_TOO_SMALL,
+            format!(
+                "the snapshot is {snapshot_bytes} bytes; restoring it needs {needs} bytes on the seed's volume (the snapshot, the restored database and its WAL), more than spec.storage.size {}",
+                size.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `sha256:<hex>` or `<hex>`, as hex.
 fn hex_of(checksum: &str) -> String {
     checksum
@@ -123,7 +156,8 @@ pub async fn resolve(
         let credentials = crate::snapshot::credentials(ctx, &ns, &restore.s3).await?;
         let key = restore.s3.key.clone().unwrap_or_default();
         let object = Destination::object(&restore.s3, key, &credentials)?;
-        object.verify(&restore.sha256).await?;
+        let size = object.verify(&restore.sha256).await?;
+        fits(cluster, size)?;
         Ok(restore)
     }
     .await;
@@ -134,6 +168,17 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_the_seeds_volume_cannot_hold_is_refused() {
+        let mut cluster = crate::resources::fixtures::cluster(crate::resources::fixtures::spec());
+        cluster.spec.storage.size =
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into());
+        assert!(fits(&cluster, 400 << 20).is_ok());
+        let err = fits(&cluster, 600 << 20).unwrap_err();
+        assert_eq!(err.reason, reason::VOLUME_TOO_SMALL);
+        assert!(err.message.contains("1Gi"), "{}", err.message);
+    }
 
     #[test]
     fn checksums_are_compared_as_lowercase_hex() {

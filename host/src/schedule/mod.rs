@@ -41,6 +41,9 @@ use crate::api::{
 use crate::context::Context;
 use crate::error::Error;
 
+/// The longest schedule name: it is the value of [`LABEL_SCHEDULE`].
+const MAX_NAME: usize = 63;
+
 /// The annotation on a scheduled EtcdSnapshot: the run's scheduled time.
 pub const SCHEDULED_TIME: &str = "etcd.steward.dev/scheduled-time";
 
@@ -54,6 +57,8 @@ pub struct Run {
     pub uri: Option<String>,
     pub reason: Option<String>,
     pub message: Option<String>,
+    /// The scheduled time it was created for (its annotation).
+    pub slot: Option<jiff::Timestamp>,
 }
 
 impl Run {
@@ -75,6 +80,10 @@ impl Run {
             uri: status.artifact.as_ref().map(|a| a.uri.clone()),
             reason: ready.map(|c| c.reason.clone()),
             message: ready.map(|c| c.message.clone()),
+            slot: s
+                .annotations()
+                .get(SCHEDULED_TIME)
+                .and_then(|t| t.parse().ok()),
         }
     }
 
@@ -105,6 +114,9 @@ pub struct Plan {
     pub prune: Vec<String>,
     /// When to look again without any change.
     pub requeue: Duration,
+    /// Seconds between two runs (the next two slots), for the metrics;
+    /// None while suspended or invalid.
+    pub interval: Option<f64>,
 }
 
 pub async fn reconcile_schedule(
@@ -113,6 +125,7 @@ pub async fn reconcile_schedule(
 ) -> Result<Action, Error> {
     let observed = observe(schedule, &ctx);
     let plan = plan(&observed);
+    report(&observed.schedule, &plan, &ctx);
     write_status(&observed.schedule, &plan.status, &ctx).await?;
     act(&observed.schedule, &plan, &ctx).await;
     Ok(Action::requeue(plan.requeue))
@@ -153,25 +166,42 @@ pub fn plan(o: &Observed) -> Plan {
     let s = &o.schedule;
     let prev = s.status.clone().unwrap_or_default();
     let now_zoned = o.now.to_zoned(jiff::tz::TimeZone::UTC);
-    let cron = s
-        .spec
-        .schedule
-        .parse::<croner::Cron>()
-        .map_err(|e| format!("spec.schedule {:?} does not parse: {e}", s.spec.schedule));
+    let name = s.name_any();
+    let cron = if name.len() > MAX_NAME {
+        Err(format!(
+            "the schedule's name has {} characters; at most {MAX_NAME} fit the label its runs carry",
+            name.len()
+        ))
+    } else {
+        s.spec
+            .schedule
+            .parse::<croner::Cron>()
+            .map_err(|e| format!("spec.schedule {:?} does not parse: {e}", s.spec.schedule))
+    };
 
     let active = o
         .runs
         .iter()
         .find(|r| !r.finished())
         .map(|r| r.name.clone());
-    // The runs already taken count as scheduled: a status lost (or a new
-    // operator) does not start a slot twice.
+    // The runs that exist say which slots were taken: a run whose creation
+    // failed is tried again, and a status written from a stale cache
+    // cannot move the schedule back. The newest run always exists (the
+    // newest complete one is kept by keepLast, the newest failed one by
+    // failedHistoryLimit, both at least 1); the status stands in only
+    // while there are none.
     let created = s
         .metadata
         .creation_timestamp
         .as_ref()
         .map_or(o.now, |t| t.0);
-    let last_scheduled = prev.last_schedule_time.as_ref().map_or(created, |t| t.0);
+    let last_scheduled = o
+        .runs
+        .iter()
+        .filter_map(|r| r.slot)
+        .max()
+        .or_else(|| prev.last_schedule_time.as_ref().map(|t| t.0))
+        .unwrap_or(created);
     let due = cron.as_ref().ok().and_then(|c| {
         c.find_previous_occurrence(&now_zoned, true)
             .ok()
@@ -307,8 +337,10 @@ pub fn plan(o: &Observed) -> Plan {
     let status = EtcdBackupScheduleStatus {
         last_schedule_time: start
             .as_ref()
-            .map(|(_, slot)| Time(*slot))
-            .or(prev.last_schedule_time.clone()),
+            .map(|(_, slot)| *slot)
+            .or(o.runs.iter().filter_map(|r| r.slot).max())
+            .or(prev.last_schedule_time.as_ref().map(|t| t.0))
+            .map(Time),
         last_successful_backup_time: last_ok.as_ref().map(|r| r.time.clone()),
         last_successful_snapshot: last_ok,
         last_failed_snapshot: last_failed,
@@ -330,12 +362,48 @@ pub fn plan(o: &Observed) -> Plan {
         })
         .unwrap_or(Duration::from_secs(60))
         .max(Duration::from_millis(200));
+    let interval = cron
+        .as_ref()
+        .ok()
+        .filter(|_| !s.spec.suspend)
+        .and_then(|c| {
+            let first = c.find_next_occurrence(&now_zoned, false).ok()?;
+            let second = c.find_next_occurrence(&first, false).ok()?;
+            Some(
+                (second.timestamp().as_millisecond() - first.timestamp().as_millisecond()) as f64
+                    / 1000.0,
+            )
+        });
     Plan {
         status,
         start,
         expire,
         prune,
         requeue,
+        interval,
+    }
+}
+
+/// The schedule's series: its interval, and its newest verified run as
+/// the cluster's last success (which a restart would otherwise lose).
+fn report(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
+    let cluster = crate::metrics::ClusterLabels {
+        namespace: s.namespace().unwrap_or_default(),
+        name: s.spec.cluster_ref.name.clone(),
+    };
+    ctx.metrics
+        .set_schedule_interval(&schedule_labels(s), plan.interval);
+    if let Some(t) = &plan.status.last_successful_backup_time {
+        ctx.metrics
+            .observe_backup_success(&cluster, t.0.as_millisecond() as f64 / 1000.0);
+    }
+}
+
+pub fn schedule_labels(s: &EtcdBackupSchedule) -> crate::metrics::ScheduleLabels {
+    crate::metrics::ScheduleLabels {
+        namespace: s.namespace().unwrap_or_default(),
+        name: s.spec.cluster_ref.name.clone(),
+        schedule: s.name_any(),
     }
 }
 
@@ -397,7 +465,24 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
         }
     }
     let store = ctx.watches.snapshots.store();
+    // A run a cluster is being restored from stays until that cluster has
+    // formed: its seed's Pod fetches the object.
+    let restoring_from = |name: &str| {
+        ctx.watches.clusters.store().state().iter().any(|c| {
+            c.namespace().as_deref() == Some(ns.as_str())
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.cluster_id.as_ref())
+                    .is_none()
+                && crate::restore::source(c)
+                    .and_then(|s| s.snapshot_ref.as_ref())
+                    .is_some_and(|r| r.name == name)
+        })
+    };
     for name in &plan.expire {
+        if restoring_from(name) {
+            continue;
+        }
         let Some(snap) = store.get(&kube::runtime::reflector::ObjectRef::new(name).within(&ns))
         else {
             continue;
@@ -518,6 +603,7 @@ mod tests {
             uri: Some(format!("s3://b/{name}.db")),
             reason: (phase == SnapshotPhase::Failed).then(|| "AccessDenied".into()),
             message: None,
+            slot: None,
         }
     }
 
@@ -557,6 +643,53 @@ mod tests {
             now: at("2026-12-06T07:20:05Z"),
         };
         assert_eq!(plan(&again).start, None);
+    }
+
+    #[test]
+    fn a_run_whose_creation_failed_is_tried_again() {
+        // The status says 07:00 was started, but no run for it exists
+        // (the create was refused): the runs say 06:00 was the last.
+        let mut six = run(
+            "nightly-20261206060000",
+            SnapshotPhase::Complete,
+            "2026-12-06T06:00:09Z",
+        );
+        six.slot = Some(at("2026-12-06T06:00:00Z"));
+        let o = Observed {
+            schedule: schedule(
+                "0 * * * *",
+                Some(serde_json::json!({"lastScheduleTime": "2026-12-06T07:00:00Z"})),
+            ),
+            runs: vec![six],
+            now: at("2026-12-06T07:00:40Z"),
+        };
+        assert_eq!(
+            plan(&o).start,
+            Some(("nightly-20261206070000".into(), at("2026-12-06T07:00:00Z")))
+        );
+    }
+
+    #[test]
+    fn a_name_too_long_for_its_runs_label_is_refused() {
+        let mut s = (*schedule("0 * * * *", None)).clone();
+        s.metadata.name = Some("n".repeat(64));
+        let p = plan(&Observed {
+            schedule: Arc::new(s),
+            runs: vec![],
+            now: at("2026-12-06T07:00:40Z"),
+        });
+        assert_eq!(p.start, None);
+        let stalled = p
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Stalled")
+            .unwrap();
+        assert!(
+            stalled.message.contains("at most 63"),
+            "{}",
+            stalled.message
+        );
     }
 
     #[test]
@@ -665,5 +798,6 @@ mod tests {
         let p = plan(&o);
         assert_eq!(p.start.map(|(_, t)| t), Some(at("2026-12-01T00:00:20Z")));
         assert_eq!(p.requeue, Duration::from_secs(5));
+        assert_eq!(p.interval, Some(10.0));
     }
 }

@@ -232,7 +232,7 @@ async fn take(snap: &EtcdSnapshot, source: &Source, ctx: &Context) -> Result<Tak
         )
     })?;
     let written = dest.upload(stream.chunks, &uid).await?;
-    dest.read_back(&written).await?;
+    dest.read_back(&written, &uid).await?;
     Ok(Taken {
         artifact: SnapshotArtifact {
             uri: dest.uri.clone(),
@@ -410,6 +410,9 @@ async fn fail(snap: &EtcdSnapshot, problem: &Problem, ctx: &Context) -> Result<A
         ..prev.clone()
     };
     write(snap, &status, ctx).await?;
+    if last {
+        discard_object(snap, ctx).await;
+    }
     ctx.metrics
         .count_snapshot_failure(&cluster_labels(snap), problem.reason);
     event(snap, KubeEventType::Warning, problem.reason, &message, ctx).await;
@@ -418,6 +421,27 @@ async fn fail(snap: &EtcdSnapshot, problem: &Problem, ctx: &Context) -> Result<A
     } else {
         Action::requeue(backoff(ctx.config.snapshot_backoff, attempts))
     })
+}
+
+/// Deletes what a failed snapshot may have uploaded (an attempt that failed
+/// its read-back, or was cut off after completing): a Failed snapshot's
+/// object is nobody's backup, and retention only ever looks at Complete
+/// ones. Only an object whose metadata names this snapshot is deleted.
+async fn discard_object(snap: &EtcdSnapshot, ctx: &Context) {
+    let Some(location) = snap.spec.destination.s3.as_ref() else {
+        return;
+    };
+    let ns = snap.namespace().unwrap_or_default();
+    let Ok(credentials) = credentials(ctx, &ns, location).await else {
+        return;
+    };
+    if let Ok(dest) = Destination::new(location, &snap.name_any(), &credentials)
+        && let Err(p) = dest
+            .delete_if_written_by(&snap.uid().unwrap_or_default())
+            .await
+    {
+        tracing::warn!(snapshot = %snap.name_any(), reason = p.reason, message = %p.message, "a failed snapshot's object could not be deleted");
+    }
 }
 
 /// The wait after `attempts` failed attempts: doubling, at most 5 minutes.

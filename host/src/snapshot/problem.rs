@@ -24,10 +24,16 @@ pub mod reason {
     /// A previous attempt was cut off (the operator stopped mid-stream).
     pub const INTERRUPTED: &str = "Interrupted";
     pub const ATTEMPTS_EXHAUSTED: &str = "AttemptsExhausted";
+    /// A request to the store that got no answer in time.
+    pub const STORE_TIMEOUT: &str = "StoreTimeout";
+    /// A read of the store that stopped delivering bytes.
+    pub const READ_STALLED: &str = "ReadStalled";
     /// A restore source that is not there.
     pub const OBJECT_NOT_FOUND: &str = "RestoreSourceNotFound";
     /// A restore source whose sha256 is not the one it was named with.
     pub const CHECKSUM_MISMATCH: &str = "RestoreChecksumMismatch";
+    /// A snapshot larger than a restoring seed's volume can hold.
+    pub const VOLUME_TOO_SMALL: &str = "RestoreVolumeTooSmall";
     /// A restore source EtcdSnapshot that is not Complete and Verified.
     pub const NOT_VERIFIED_SOURCE: &str = "RestoreSourceNotVerified";
     pub const STARTED: &str = "Started";

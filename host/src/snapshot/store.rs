@@ -108,9 +108,16 @@ impl Redactor {
     }
 }
 
+/// How long a read may wait for its next bytes before it is given up.
+pub const READ_IDLE: Duration = Duration::from_secs(60);
+
 /// One object in one bucket, and a client for it.
 pub struct Destination {
+    /// For requests with a bounded body: parts, HEADs, deletes (120 s each).
     store: Arc<AmazonS3>,
+    /// For whole-object reads, which take as long as the object needs: no
+    /// total timeout; [`READ_IDLE`] bounds each wait for bytes instead.
+    reader: Arc<AmazonS3>,
     path: Path,
     pub uri: String,
     redactor: Redactor,
@@ -147,8 +154,7 @@ impl Destination {
         let endpoint = endpoint_for(location)?;
         let mut options = ClientOptions::new()
             .with_allow_http(location.endpoint.starts_with("http://"))
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(120));
+            .with_connect_timeout(Duration::from_secs(5));
         if let Some(pem) = &location.ca_bundle {
             let certificates = Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {
                 Problem::fatal(
@@ -160,31 +166,36 @@ impl Destination {
                 options = options.with_root_certificate(c);
             }
         }
-        let store = AmazonS3Builder::new()
-            .with_endpoint(endpoint)
-            .with_bucket_name(&location.bucket)
-            .with_region(location.region.as_deref().unwrap_or("us-east-1"))
-            .with_access_key_id(&credentials.access_key_id)
-            .with_secret_access_key(&credentials.secret_access_key)
-            .with_virtual_hosted_style_request(!location.force_path_style)
-            .with_client_options(options)
-            // A few quick retries: a store that stays unreachable is a
-            // failed attempt, which the controller retries with backoff
-            // and reports, rather than minutes inside one request.
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: 2,
-                retry_timeout: Duration::from_secs(20),
-            })
-            .build()
-            .map_err(|e| {
-                Problem::fatal(
-                    reason::INVALID_SPEC,
-                    redactor.clean(&format!("destination.s3: {e}")),
-                )
-            })?;
+        let build = |options: ClientOptions| {
+            AmazonS3Builder::new()
+                .with_endpoint(&endpoint)
+                .with_bucket_name(&location.bucket)
+                .with_region(location.region.as_deref().unwrap_or("us-east-1"))
+                .with_access_key_id(&credentials.access_key_id)
+                .with_secret_access_key(&credentials.secret_access_key)
+                .with_virtual_hosted_style_request(!location.force_path_style)
+                .with_client_options(options)
+                // A few quick retries: a store that stays unreachable is a
+                // failed attempt, which the controller retries with backoff
+                // and reports, rather than minutes inside one request.
+                .with_retry(RetryConfig {
+                    backoff: BackoffConfig::default(),
+                    max_retries: 2,
+                    retry_timeout: Duration::from_secs(20),
+                })
+                .build()
+                .map_err(|e| {
+                    Problem::fatal(
+                        reason::INVALID_SPEC,
+                        redactor.clean(&format!("destination.s3: {e}")),
+                    )
+                })
+        };
+        let store = build(options.clone().with_timeout(Duration::from_secs(120)))?;
+        let reader = build(options.with_timeout_disabled())?;
         Ok(Self {
             store: Arc::new(store),
+            reader: Arc::new(reader),
             uri: format!("s3://{}/{key}", location.bucket),
             path: Path::from(key),
             redactor,
@@ -271,6 +282,15 @@ impl Destination {
         };
         match finished {
             Ok(written) => {
+                // Every full part uploaded, or the upload is aborted.
+                if let Err(e) = writer.wait_for_capacity(0).await {
+                    let _ = writer.abort().await;
+                    return Err(self.problem(&e));
+                }
+                // finish() aborts by itself when the completion fails; a
+                // failure of the last (partial) part inside it leaves an
+                // incomplete upload, invisible to readers, which a bucket's
+                // AbortIncompleteMultipartUpload rule expires.
                 writer.finish().await.map_err(|e| self.problem(&e))?;
                 Ok(written)
             }
@@ -280,6 +300,22 @@ impl Destination {
                 let _ = writer.abort().await;
                 Err(problem)
             }
+        }
+    }
+
+    /// Whether the object exists and its metadata names `uid` as its writer.
+    pub async fn written_by(&self, uid: &str) -> Result<bool, Problem> {
+        let head = GetOptions {
+            head: true,
+            ..Default::default()
+        };
+        match self.store.get_opts(&self.path, head).await {
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.problem(&e)),
+            Ok(found) => Ok(found
+                .attributes
+                .get(&Attribute::Metadata(OWNER_METADATA.into()))
+                .is_some_and(|v| v.as_ref() == uid)),
         }
     }
 
@@ -314,7 +350,7 @@ impl Destination {
     pub async fn open(
         &self,
     ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, Problem>>, Problem> {
-        let got = self.store.get(&self.path).await.map_err(|e| match e {
+        let got = self.reader.get(&self.path).await.map_err(|e| match e {
             object_store::Error::NotFound { .. } => Problem::retry(
                 reason::OBJECT_NOT_FOUND,
                 format!("{} does not exist", self.uri),
@@ -322,10 +358,22 @@ impl Destination {
             e => self.problem(&e),
         })?;
         let (redactor, uri) = (self.redactor.clone(), self.uri.clone());
-        Ok(got
-            .into_stream()
-            .map(move |c| c.map_err(|e| classify(&redactor.clean(&error_chain(&e)), &uri)))
-            .boxed())
+        let chunks = got.into_stream();
+        Ok(futures::stream::try_unfold(chunks, move |mut chunks| {
+            let (redactor, uri) = (redactor.clone(), uri.clone());
+            async move {
+                match tokio::time::timeout(READ_IDLE, chunks.next()).await {
+                    Err(_) => Err(Problem::retry(
+                        reason::READ_STALLED,
+                        format!("reading {uri}: no bytes for {READ_IDLE:?}"),
+                    )),
+                    Ok(None) => Ok(None),
+                    Ok(Some(Err(e))) => Err(classify(&redactor.clean(&error_chain(&e)), &uri)),
+                    Ok(Some(Ok(bytes))) => Ok(Some((bytes, chunks))),
+                }
+            }
+        })
+        .boxed())
     }
 
     /// Reads the object whole, hashing it as a snapshot stream: its sha256
@@ -356,16 +404,23 @@ impl Destination {
 
     /// Reads the object back whole and checks its size and sha256 against
     /// what the upload wrote.
-    pub async fn read_back(&self, written: &Written) -> Result<(), Problem> {
-        let got = self
-            .store
-            .get(&self.path)
-            .await
-            .map_err(|e| self.problem(&e))?;
-        let mut stream = got.into_stream();
+    pub async fn read_back(&self, written: &Written, uid: &str) -> Result<(), Problem> {
+        // Another writer at the same key (two namespaces' schedules of the
+        // same name, say) could have replaced it since: the object must
+        // still be this snapshot's before its bytes mean anything.
+        if !self.written_by(uid).await? {
+            return Err(Problem::fatal(
+                reason::OBJECT_EXISTS,
+                format!(
+                    "{} was replaced by another writer after this snapshot uploaded it; give each snapshot or schedule its own key",
+                    self.uri
+                ),
+            ));
+        }
+        let mut stream = self.open().await?;
         let (mut size, mut sha) = (0u64, Sha256::new());
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| self.problem(&e))?;
+            let chunk = chunk?;
             size += chunk.len() as u64;
             sha.update(&chunk);
         }
@@ -465,14 +520,17 @@ pub fn classify(text: &str, uri: &str) -> Problem {
                 "the store's TLS certificate is not trusted (set destination.s3.caBundle to the CA that signed it): {text}"
             ),
         )
+    } else if has(&["timed out", "operation timed out", "deadline has elapsed"]) {
+        Problem::retry(
+            reason::STORE_TIMEOUT,
+            format!("the store for {uri} did not answer in time: {text}"),
+        )
     } else if has(&[
         "error sending request",
         "Connection refused",
         "connection refused",
         "tcp connect",
         "dns error",
-        "timed out",
-        "operation timed out",
         "connect error",
     ]) {
         Problem::retry(

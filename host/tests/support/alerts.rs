@@ -12,6 +12,7 @@ pub const ALERTS: &[&str] = &[
     "EtcdClusterMemberDown",
     "EtcdClusterDatabaseNearQuota",
     "EtcdClusterAlarm",
+    "EtcdClusterBackupOverdue",
     "EtcdStatusPolicyFailing",
     "EtcdStewardNoLeader",
 ];
