@@ -584,7 +584,13 @@ fn crd_help_names_every_crd() {
         .collect();
     assert_eq!(
         kinds,
-        ["EtcdCluster", "EtcdMember", "EtcdStatusPolicy"],
+        [
+            "EtcdCluster",
+            "EtcdMember",
+            "EtcdStatusPolicy",
+            "EtcdSnapshot",
+            "EtcdBackupSchedule"
+        ],
         "{crds}"
     );
     let o = steward(&["crd", "--help"]);
