@@ -208,20 +208,43 @@ impl Context {
     {
         let message = err.to_string();
         tracing::warn!(error = %message, "action failed");
+        self.publish_event(
+            obj,
+            kube::runtime::events::EventType::Warning,
+            "ActionFailed",
+            &message,
+            "Reconcile",
+        )
+        .await;
+        self.record_action(obj, Some(message));
+    }
+
+    /// Publishes an Event about `obj`, its note cut to what a condition
+    /// message may hold. A failed publish is logged, never retried: the
+    /// status written before it says the same.
+    pub async fn publish_event<K>(
+        &self,
+        obj: &K,
+        type_: kube::runtime::events::EventType,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) where
+        K: kube::Resource<DynamicType = ()>,
+    {
         let event = kube::runtime::events::Event {
-            type_: kube::runtime::events::EventType::Warning,
-            reason: "ActionFailed".into(),
+            type_,
+            reason: reason.into(),
             note: Some(crate::text::truncate(
-                &message,
+                note,
                 crate::conditions::MAX_MESSAGE_BYTES,
             )),
-            action: "Reconcile".into(),
+            action: action.into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
             tracing::debug!(error = %e, "publishing an event failed");
         }
-        self.record_action(obj, Some(message));
     }
 
     /// Forgets what this process remembers of a deleted object: its last

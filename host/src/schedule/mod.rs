@@ -30,7 +30,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::runtime::events::EventType as KubeEventType;
 use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{Condition, ConditionStatus};
 
@@ -555,19 +555,7 @@ async fn event(
     note: &str,
     ctx: &Context,
 ) {
-    let ev = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(crate::text::truncate(
-            note,
-            crate::conditions::MAX_MESSAGE_BYTES,
-        )),
-        action: "Schedule".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &s.object_ref(&())).await {
-        tracing::warn!(error = %e, "publishing an EtcdBackupSchedule Event failed");
-    }
+    ctx.publish_event(s, type_, reason, note, "Schedule").await;
 }
 
 #[cfg(test)]

@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::runtime::events::EventType as KubeEventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use steward_policy_sdk::{self as sdk, Condition, ConditionStatus};
 
 use crate::api::{
@@ -513,19 +513,8 @@ async fn write(
 
 /// A failed publish is logged, never retried: the status already says it.
 async fn event(snap: &EtcdSnapshot, type_: KubeEventType, reason: &str, note: &str, ctx: &Context) {
-    let ev = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(crate::text::truncate(
-            note,
-            crate::conditions::MAX_MESSAGE_BYTES,
-        )),
-        action: "TakeSnapshot".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &snap.object_ref(&())).await {
-        tracing::warn!(error = %e, "publishing an EtcdSnapshot Event failed");
-    }
+    ctx.publish_event(snap, type_, reason, note, "TakeSnapshot")
+        .await;
 }
 
 #[cfg(test)]
