@@ -2,8 +2,9 @@
 //! the root stays one command (in the style of substrate-wasm-builder).
 //!
 //! A nested cargo builds `steward-default-policy` (embedded in the binary),
-//! `steward-chaos-policy`, `steward-compat-v0-1-policy` (a component of the
-//! previous contract) and the Rust SDK's example (for the host's tests)
+//! `steward-chaos-policy`, `steward-compat-v0-1-policy` and
+//! `steward-compat-v0-2-policy` (components of the earlier contracts) and
+//! the Rust SDK's example (for the host's tests)
 //! with the workspace's
 //! `policy` profile, into a target dir of its own: the outer build holds the
 //! lock on its target dir, so sharing it would deadlock.
@@ -32,6 +33,11 @@ const POLICIES: &[(&str, &str, &str)] = &[
         "steward-compat-v0-1-policy",
         "steward_compat_v0_1_policy",
         "STEWARD_COMPAT_V0_1_POLICY_WASM",
+    ),
+    (
+        "steward-compat-v0-2-policy",
+        "steward_compat_v0_2_policy",
+        "STEWARD_COMPAT_V0_2_POLICY_WASM",
     ),
     (
         "steward-example-raft-lag",
@@ -75,6 +81,8 @@ fn main() {
         "policies/chaos/Cargo.toml",
         "policies/compat-v0.1/src",
         "policies/compat-v0.1/Cargo.toml",
+        "policies/compat-v0.2/src",
+        "policies/compat-v0.2/Cargo.toml",
         "policies/examples/raft-lag/src",
         "policies/examples/raft-lag/Cargo.toml",
     ] {

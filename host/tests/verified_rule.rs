@@ -137,6 +137,7 @@ fn observation(rng: &mut StdRng) -> Observation {
         quorum: QuorumFinding::of(&probing),
         probing,
         history,
+        backup: None,
         now,
         settings: "{}".into(),
     }

@@ -165,7 +165,7 @@ impl Judged {
 /// 1. a policy that failed (trap, deadline, memory, an invalid verdict)
 ///    gets the fallback;
 /// 2. a 0.1.0 verdict that claims `verified` without a verified quorum is
-///    rejected (0.2.0 cannot claim it: it can only decline);
+///    rejected (0.2.0 and later cannot claim it: they can only decline);
 /// 3. `Available=True` is rejected when the host's facts show no quorum now,
 ///    or when it reached no member; a policy may keep a verified
 ///    `Available=True` for a while only when the host did not probe at all,

@@ -272,6 +272,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
             unverified_streak: status.unverified_streak,
             previous_conditions: crate::conditions::previous_conditions(&status.conditions),
         },
+        backup: crate::facts::observe_backup(ctx, cluster, now),
         now: now.as_millisecond(),
         settings: settings_text(cluster),
     };

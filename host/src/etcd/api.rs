@@ -159,6 +159,9 @@ pub struct StatusInfo {
     /// The member's committed index.
     pub raft_index: u64,
     pub raft_applied_index: u64,
+    /// The member's own current revision (the Status response header's):
+    /// local, so it answers even without quorum.
+    pub revision: i64,
     pub db_size: u64,
     pub db_size_in_use: u64,
     pub version: String,
@@ -184,6 +187,7 @@ impl From<&StatusInfo> for EndpointStatus {
             raft_term: s.raft_term,
             raft_index: s.raft_index,
             raft_applied_index: s.raft_applied_index,
+            revision: s.revision,
             db_size: s.db_size,
             db_size_in_use: s.db_size_in_use,
             version: s.version.clone(),

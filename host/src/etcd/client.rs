@@ -340,6 +340,7 @@ impl EtcdApi for EtcdClient {
             raft_term: resp.raft_term(),
             raft_index: resp.raft_index(),
             raft_applied_index: resp.raft_applied_index(),
+            revision: header.map_or(0, |h| h.revision()),
             db_size: resp.db_size().max(0) as u64,
             db_size_in_use: resp.raft_used_db_size().max(0) as u64,
             version: resp.version().to_owned(),

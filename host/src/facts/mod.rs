@@ -23,11 +23,13 @@
 //! parallel, so even when every endpoint hangs the probe takes about one
 //! deadline, and the status is written seconds after an outage begins.
 
+mod backup;
 mod members;
 mod pod;
 mod probe;
 pub mod quorum;
 
+pub use backup::{backup_facts, observe_backup, verified_snapshots};
 pub use members::cluster_members;
 pub use pod::{PodFacts, ms, pod_facts};
 pub use probe::{ProbeTarget, probe_cluster};

@@ -166,18 +166,7 @@ pub fn plan(o: &Observed) -> Plan {
     let s = &o.schedule;
     let prev = s.status.clone().unwrap_or_default();
     let now_zoned = o.now.to_zoned(jiff::tz::TimeZone::UTC);
-    let name = s.name_any();
-    let cron = if name.len() > MAX_NAME {
-        Err(format!(
-            "the schedule's name has {} characters; at most {MAX_NAME} fit the label its runs carry",
-            name.len()
-        ))
-    } else {
-        s.spec
-            .schedule
-            .parse::<croner::Cron>()
-            .map_err(|e| format!("spec.schedule {:?} does not parse: {e}", s.spec.schedule))
-    };
+    let cron = cron(s);
 
     let active = o
         .runs
@@ -366,14 +355,8 @@ pub fn plan(o: &Observed) -> Plan {
         .as_ref()
         .ok()
         .filter(|_| !s.spec.suspend)
-        .and_then(|c| {
-            let first = c.find_next_occurrence(&now_zoned, false).ok()?;
-            let second = c.find_next_occurrence(&first, false).ok()?;
-            Some(
-                (second.timestamp().as_millisecond() - first.timestamp().as_millisecond()) as f64
-                    / 1000.0,
-            )
-        });
+        .and_then(|c| interval(c, o.now))
+        .map(|d| d.as_secs_f64());
     Plan {
         status,
         start,
@@ -382,6 +365,34 @@ pub fn plan(o: &Observed) -> Plan {
         requeue,
         interval,
     }
+}
+
+/// The schedule's cron expression, or why it has none: an expression that
+/// does not parse, or a name too long for the label its runs carry (such a
+/// schedule never runs).
+pub fn cron(s: &EtcdBackupSchedule) -> Result<croner::Cron, String> {
+    let name = s.name_any();
+    if name.len() > MAX_NAME {
+        return Err(format!(
+            "the schedule's name has {} characters; at most {MAX_NAME} fit the label its runs carry",
+            name.len()
+        ));
+    }
+    s.spec
+        .schedule
+        .parse::<croner::Cron>()
+        .map_err(|e| format!("spec.schedule {:?} does not parse: {e}", s.spec.schedule))
+}
+
+/// The time between the schedule's next two runs after `now`: the one
+/// definition of its interval, for the metric and the status policy's
+/// backup facts alike. None when the expression has no two runs ahead.
+pub fn interval(cron: &croner::Cron, now: jiff::Timestamp) -> Option<Duration> {
+    let now = now.to_zoned(jiff::tz::TimeZone::UTC);
+    let first = cron.find_next_occurrence(&now, false).ok()?;
+    let second = cron.find_next_occurrence(&first, false).ok()?;
+    let ms = second.timestamp().as_millisecond() - first.timestamp().as_millisecond();
+    u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
 /// The schedule's series: its interval, and its newest verified run as

@@ -17,6 +17,7 @@ use crate::settings::{SCHEMA, Settings};
 
 pub const AVAILABLE: &str = "Available";
 pub const DEGRADED: &str = "Degraded";
+pub const BACKUP_OVERDUE: &str = "BackupOverdue";
 
 /// etcd's default backend quota, used when spec.options.quotaBackendBytes is unset.
 pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -529,6 +530,11 @@ fn degraded(
             available.reason.clone(),
             available.message.clone(),
         )
+    } else if let Some(overdue) = report.and_then(|_| backup_overdue(obs, settings)) {
+        // Last: Degraded has one reason, and a member or quorum fault is
+        // the more urgent one. Not while unprobed, where Degraded follows
+        // what etcd last verified (D10).
+        Condition::new(DEGRADED, ConditionStatus::True, BACKUP_OVERDUE, overdue)
     } else {
         message.clear();
         let _ = match (obs.members.len(), report.is_some()) {
@@ -538,6 +544,76 @@ fn degraded(
             (n, false) => write!(message, "all {n} members are Ready"),
         };
         Condition::new(DEGRADED, ConditionStatus::False, "MembersHealthy", message)
+    }
+}
+
+/// Why a backup is overdue, or None while it is not: more than
+/// `backupOverdueIntervals` intervals of the schedule since the last
+/// verified snapshot, or since the schedule was created when none ever
+/// succeeded.
+fn backup_overdue(obs: &Observation, settings: &Settings) -> Option<String> {
+    let backup = obs.backup.as_ref()?;
+    if backup.interval_ms == 0 {
+        return None;
+    }
+    // `as` saturates: a limit beyond i64 is never reached.
+    let limit = (backup.interval_ms as f64 * settings.backup_overdue_intervals) as i64;
+    let since = backup.last_success.unwrap_or(backup.schedule_created);
+    let age = age_ms(obs.now, since);
+    if age <= limit {
+        return None;
+    }
+    let mut message = String::with_capacity(200);
+    match backup.last_success {
+        Some(at) => {
+            message.push_str("the last successful backup completed ");
+            push_duration(&mut message, age);
+            message.push_str(" ago (");
+            push_rfc3339(&mut message, at);
+            message.push_str("); schedule ");
+            push_limited(&mut message, &backup.schedule, ERROR_EXCERPT);
+        }
+        None => {
+            message.push_str("no backup has succeeded since schedule ");
+            push_limited(&mut message, &backup.schedule, ERROR_EXCERPT);
+            message.push_str(" was created ");
+            push_duration(&mut message, age);
+            message.push_str(" ago; it");
+        }
+    }
+    message.push_str(" runs every ");
+    push_duration(
+        &mut message,
+        i64::try_from(backup.interval_ms).unwrap_or(i64::MAX),
+    );
+    message.push_str(", so a backup is overdue after ");
+    push_duration(&mut message, limit);
+    let _ = write!(
+        message,
+        " (backupOverdueIntervals {})",
+        settings.backup_overdue_intervals
+    );
+    Some(message)
+}
+
+/// "2d3h", "5h12m", "4m10s", "12s": the two largest units of a duration,
+/// for ages and intervals that run from seconds to weeks.
+fn push_duration(out: &mut String, ms: i64) {
+    let secs = ms.max(0) / 1000;
+    let units = [
+        (secs / 86_400, 'd'),
+        (secs % 86_400 / 3600, 'h'),
+        (secs % 3600 / 60, 'm'),
+        (secs % 60, 's'),
+    ];
+    let Some(first) = units.iter().position(|(n, _)| *n > 0) else {
+        out.push_str("0s");
+        return;
+    };
+    for (n, unit) in &units[first..(first + 2).min(units.len())] {
+        if *n > 0 {
+            let _ = write!(out, "{n}{unit}");
+        }
     }
 }
 

@@ -14,6 +14,9 @@ pub struct Settings {
     pub db_size_warn_ratio: f64,
     /// Requeue hint while the cluster is not verified (0: no hint, the host's default applies).
     pub unverified_requeue_seconds: u32,
+    /// A backup is overdue once more than this many intervals of the
+    /// cluster's schedule have passed without one.
+    pub backup_overdue_intervals: f64,
 }
 
 impl Default for Settings {
@@ -23,6 +26,7 @@ impl Default for Settings {
             learner_max_lag_entries: 1000,
             db_size_warn_ratio: 0.8,
             unverified_requeue_seconds: 5,
+            backup_overdue_intervals: 2.0,
         }
     }
 }
@@ -30,9 +34,13 @@ impl Default for Settings {
 /// The longest staleness window accepted: a day. Longer would hide an outage.
 const MAX_STALE_AFTER_SECONDS: u32 = 86_400;
 const MAX_REQUEUE_SECONDS: u32 = 3_600;
+/// The largest backupOverdueIntervals accepted. The smallest is just above
+/// 1: at exactly one interval, a run that takes a little longer than the
+/// one before would read as overdue at every slot.
+const MAX_BACKUP_OVERDUE_INTERVALS: f64 = 1000.0;
 
 /// JSON Schema of [`Settings`], as `describe()` publishes it.
-pub const SCHEMA: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"steward-default-policy settings","type":"object","additionalProperties":false,"properties":{"staleAfterSeconds":{"type":"integer","minimum":1,"maximum":86400,"default":30,"description":"How long a verdict etcd verified is kept while the host cannot probe at all; then Available=Unknown (StatusStale)."},"learnerMaxLagEntries":{"type":"integer","minimum":0,"default":1000,"description":"A learner whose raft index trails the leader's by more than this makes the cluster Degraded."},"dbSizeWarnRatio":{"type":"number","exclusiveMinimum":0,"maximum":1,"default":0.8,"description":"Share of quotaBackendBytes (default 2 GiB) at which a member's db size makes the cluster Degraded."},"unverifiedRequeueSeconds":{"type":"integer","minimum":0,"maximum":3600,"default":5,"description":"Requeue hint while etcd has not verified the cluster; 0 leaves the host's default."}}}"#;
+pub const SCHEMA: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"steward-default-policy settings","type":"object","additionalProperties":false,"properties":{"staleAfterSeconds":{"type":"integer","minimum":1,"maximum":86400,"default":30,"description":"How long a verdict etcd verified is kept while the host cannot probe at all; then Available=Unknown (StatusStale)."},"learnerMaxLagEntries":{"type":"integer","minimum":0,"default":1000,"description":"A learner whose raft index trails the leader's by more than this makes the cluster Degraded."},"dbSizeWarnRatio":{"type":"number","exclusiveMinimum":0,"maximum":1,"default":0.8,"description":"Share of quotaBackendBytes (default 2 GiB) at which a member's db size makes the cluster Degraded."},"unverifiedRequeueSeconds":{"type":"integer","minimum":0,"maximum":3600,"default":5,"description":"Requeue hint while etcd has not verified the cluster; 0 leaves the host's default."},"backupOverdueIntervals":{"type":"number","exclusiveMinimum":1,"maximum":1000,"default":2.0,"description":"Degraded=True (BackupOverdue) once more than this many intervals of the cluster's most frequent active EtcdBackupSchedule passed without a verified snapshot."}}}"#;
 
 impl Settings {
     /// Parses settings JSON text and checks ranges; the error is shown to users as is.
@@ -73,6 +81,14 @@ impl Settings {
             return Err(format!(
                 "invalid settings: unverifiedRequeueSeconds must be at most {MAX_REQUEUE_SECONDS}, got {}",
                 self.unverified_requeue_seconds
+            ));
+        }
+        if !(self.backup_overdue_intervals > 1.0
+            && self.backup_overdue_intervals <= MAX_BACKUP_OVERDUE_INTERVALS)
+        {
+            return Err(format!(
+                "invalid settings: backupOverdueIntervals must be greater than 1 and at most {MAX_BACKUP_OVERDUE_INTERVALS}, got {}",
+                self.backup_overdue_intervals
             ));
         }
         Ok(())
@@ -118,6 +134,18 @@ mod tests {
         assert!(err.contains("dbSizeWarnRatio"), "{err}");
         let err = Settings::parse(r#"{"unverifiedRequeueSeconds": 7200}"#).unwrap_err();
         assert!(err.contains("unverifiedRequeueSeconds"), "{err}");
+        for bad in ["1", "0.5", "1001"] {
+            let err =
+                Settings::parse(&format!(r#"{{"backupOverdueIntervals": {bad}}}"#)).unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "invalid settings: backupOverdueIntervals must be greater than 1 and at most 1000, got {bad}"
+                )
+            );
+        }
+        let s = Settings::parse(r#"{"backupOverdueIntervals": 1.5}"#).unwrap();
+        assert_eq!(s.backup_overdue_intervals, 1.5);
     }
 
     #[test]

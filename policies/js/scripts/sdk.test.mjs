@@ -152,6 +152,22 @@ test('evaluate receives the host\'s finding, read: verified, leader, voters, agr
   assert.throws(() => readQuorum(undefined), /not the host's finding/);
 });
 
+test('evaluate receives the backup facts as the host sent them, undefined when none', () => {
+  const seen = [];
+  const policy = definePolicy({
+    name: 'p',
+    version: '1',
+    evaluate: (obs) => {
+      seen.push(obs.backup);
+      return { conditions: [condition('Available', true, 'R'), condition('Degraded', false, 'R')] };
+    },
+  });
+  const backup = { schedule: 'nightly', scheduleCreated: 1790000000000n, intervalMs: 86400000n, lastSuccess: 1795993200000n };
+  policy.evaluate({ settings: '{}', quorum: verified(1n), backup, now: 1796169600000n });
+  policy.evaluate({ settings: '{}', quorum: verified(1n), now: 1796169600000n });
+  assert.deepEqual(seen, [backup, undefined]);
+});
+
 test('a verdict declines the finding with a reason, and cannot claim verification', () => {
   const policyReturning = (parts) =>
     definePolicy({ name: 'p', version: '1', evaluate: () => ({ conditions: [condition('Available', true, 'R')], ...parts }) });

@@ -14,9 +14,9 @@ import type {
   QuorumFindingVerified,
   UnverifiedQuorum,
   Verdict,
-} from 'steward:status/types@0.2.0';
+} from 'steward:status/types@0.3.0';
 
-export type * from 'steward:status/types@0.2.0';
+export type * from 'steward:status/types@0.3.0';
 
 export declare const AVAILABLE: 'Available';
 export declare const DEGRADED: 'Degraded';
@@ -151,7 +151,7 @@ export interface PolicyDefinition<P extends SettingsSchema> {
   evaluate(observation: PolicyObservation, settings: SettingsOf<P>): VerdictParts;
 }
 
-/** The object componentize-js binds to `steward:status/policy@0.2.0`. */
+/** The object componentize-js binds to `steward:status/policy@0.3.0`. */
 export interface PolicyExport {
   describe(): PolicyInfo;
   /** Throws the rejection message (a string), which becomes result::err. */

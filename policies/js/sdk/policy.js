@@ -1,7 +1,7 @@
 // The etcd-steward status-policy SDK for JavaScript.
 //
 // A policy is an ES module exporting `policy`, the object componentize-js
-// binds to the WIT interface `steward:status/policy@0.2.0` (see wit/):
+// binds to the WIT interface `steward:status/policy@0.3.0` (see wit/):
 //
 //   import { definePolicy, condition } from './sdk/policy.js';
 //   export const policy = definePolicy({ name, version, settings, evaluate });

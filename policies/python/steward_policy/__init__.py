@@ -2,7 +2,7 @@
 
 A status policy is a pure function from an observation of one EtcdCluster to
 a verdict (see ``wit/status-policy.wit``, the whole contract,
-``steward:status@0.2.0``). This package lets an author write only that
+``steward:status@0.3.0``). This package lets an author write only that
 function:
 
     import steward_policy as sp
@@ -50,6 +50,7 @@ from componentize_py_types import Err
 from wit_world import exports as _exports
 from wit_world.imports.types import (
     AlarmKind,
+    BackupFacts,
     ClusterRef,
     ClusterSpec,
     Condition,
@@ -97,6 +98,7 @@ from wit_world.imports.types import Observation as WitObservation
 __all__ = [
     # WIT types
     "AlarmKind",
+    "BackupFacts",
     "ClusterRef",
     "ClusterSpec",
     "Condition",
@@ -171,8 +173,8 @@ __all__ = [
     "warning",
 ]
 
-#: The SDK's version; it targets the WIT package steward:status@0.2.0.
-__version__ = "0.2.0"
+#: The SDK's version; it targets the WIT package steward:status@0.3.0.
+__version__ = "0.3.0"
 
 AVAILABLE = "Available"
 DEGRADED = "Degraded"
@@ -252,13 +254,26 @@ class Observation:
     probing: Probing
     quorum: Quorum
     history: History
+    #: The cluster's backup schedule and last verified snapshot (``.schedule``,
+    #: ``.schedule_created``, ``.interval_ms``, ``.last_success``); None when no
+    #: active EtcdBackupSchedule names the cluster.
+    backup: BackupFacts | None
     now: int
     settings: str
 
     @classmethod
     def from_wit(cls, o: WitObservation) -> Observation:
         return cls(
-            o.cluster, o.spec, o.phase, o.members, o.probing, Quorum(o.quorum), o.history, o.now, o.settings
+            o.cluster,
+            o.spec,
+            o.phase,
+            o.members,
+            o.probing,
+            Quorum(o.quorum),
+            o.history,
+            o.backup,
+            o.now,
+            o.settings,
         )
 
 

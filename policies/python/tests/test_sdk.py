@@ -19,11 +19,13 @@ from componentize_py_types import Err
 TABLE = Path(__file__).resolve().parents[2] / "js" / "scripts" / "settings-errors.json"
 
 
-def observation(quorum: sp.QuorumFinding, settings: str = "{}") -> sp.WitObservation:
+def observation(
+    quorum: sp.QuorumFinding, settings: str = "{}", backup: sp.BackupFacts | None = None
+) -> sp.WitObservation:
     """A WIT observation of one answering member, with the given finding."""
     member = sp.Member("etcd-a", sp.MemberRole.VOTER, 0xA1, "https://etcd-a:2379", sp.PodPhase.RUNNING,
                        True, None, 0, None, False)
-    status = sp.EndpointStatus(0xA1, 0xA1, 2, 900, 900, 0, 0, "3.5.17", [], False)
+    status = sp.EndpointStatus(0xA1, 0xA1, 2, 900, 900, 4711, 0, 0, "3.5.17", [], False)
     report = sp.ProbeReport(
         [sp.EndpointProbe("etcd-a", "https://etcd-a:2379", sp.ProbeOutcome_Answered(status))],
         sp.MemberListOutcome_Listed([sp.EtcdMember(0xA1, "etcd-a", [], [], False)]),
@@ -37,6 +39,7 @@ def observation(quorum: sp.QuorumFinding, settings: str = "{}") -> sp.WitObserva
         sp.Probing_Attempted(report),
         quorum,
         sp.History(None, 0, []),
+        backup,
         1796169600000,
         settings,
     )
@@ -92,6 +95,39 @@ class TheFinding(unittest.TestCase):
         obs = sp.Observation.from_wit(observation(NO_QUORUM))
         policy_returning(evaluate).evaluate(obs)
         self.assertIs(seen[1], obs)
+
+
+class TheBackup(unittest.TestCase):
+    def test_evaluate_receives_the_backup_facts_or_none(self) -> None:
+        seen: list[sp.Observation] = []
+
+        def evaluate(obs: sp.Observation) -> sp.Verdict:
+            seen.append(obs)
+            return sp.verdict([sp.available(obs.quorum.verified, "R"), sp.degraded(False, "R")])
+
+        facts = sp.BackupFacts("nightly", 1790000000000, 86400000, 1795993200000)
+        policy_returning(evaluate).evaluate(observation(VERIFIED, backup=facts))
+        policy_returning(evaluate).evaluate(observation(VERIFIED))
+        assert seen[0].backup is not None
+        self.assertEqual(
+            (seen[0].backup.schedule, seen[0].backup.schedule_created, seen[0].backup.interval_ms,
+             seen[0].backup.last_success),
+            ("nightly", 1790000000000, 86400000, 1795993200000),
+        )
+        self.assertIsNone(seen[1].backup)
+
+
+class TheAnswers(unittest.TestCase):
+    def test_an_answer_carries_the_members_own_revision(self) -> None:
+        seen: list[sp.Observation] = []
+
+        def evaluate(obs: sp.Observation) -> sp.Verdict:
+            seen.append(obs)
+            return sp.verdict([sp.available(obs.quorum.verified, "R"), sp.degraded(False, "R")])
+
+        policy_returning(evaluate).evaluate(observation(VERIFIED))
+        status = sp.answered(seen[0])["etcd-a"]
+        self.assertEqual((status.raft_applied_index, status.revision), (900, 4711))
 
 
 class TheVerdict(unittest.TestCase):

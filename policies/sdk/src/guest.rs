@@ -163,6 +163,12 @@ fn observation_from_wit(o: w::Observation) -> Observation {
                 })
                 .collect(),
         },
+        backup: o.backup.map(|b| sdk::BackupFacts {
+            schedule: b.schedule,
+            schedule_created: b.schedule_created,
+            interval_ms: b.interval_ms,
+            last_success: b.last_success,
+        }),
         now: o.now,
         settings: o.settings,
     }
@@ -208,6 +214,7 @@ fn probe_from_wit(p: w::EndpointProbe) -> sdk::EndpointProbe {
                 raft_term: s.raft_term,
                 raft_index: s.raft_index,
                 raft_applied_index: s.raft_applied_index,
+                revision: s.revision,
                 db_size: s.db_size,
                 db_size_in_use: s.db_size_in_use,
                 version: s.version,

@@ -1,4 +1,4 @@
-//! Plain Rust types for the `steward:status@0.2.0` contract (`wit/status-policy.wit`).
+//! Plain Rust types for the `steward:status@0.3.0` contract (`wit/status-policy.wit`).
 //!
 //! They mirror the WIT records one to one, and carry the serde shape of
 //! observation and test-case YAML files: every field camelCase, every enum
@@ -188,6 +188,10 @@ pub struct EndpointStatus {
     pub raft_index: u64,
     #[serde(default)]
     pub raft_applied_index: u64,
+    /// The member's own current revision (the Status response header's):
+    /// local, so it answers even without quorum.
+    #[serde(default)]
+    pub revision: i64,
     #[serde(default)]
     pub db_size: u64,
     #[serde(default)]
@@ -374,6 +378,26 @@ pub struct History {
     pub previous_conditions: Vec<PreviousCondition>,
 }
 
+/// What the host knows of the cluster's backups (`backup-facts` in the
+/// WIT): the schedule that runs most often and the newest verified
+/// snapshot. Times, not ages: the policy has `now`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackupFacts {
+    /// The EtcdBackupSchedule `interval_ms` comes from.
+    pub schedule: String,
+    /// When that schedule was created: while no backup has succeeded, the
+    /// cluster has been expected to have one since then.
+    pub schedule_created: TimestampMs,
+    /// The time between the schedule's next two runs, in milliseconds.
+    pub interval_ms: u64,
+    /// When the newest Complete and verified EtcdSnapshot of the cluster
+    /// completed; None when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<TimestampMs>,
+}
+
 /// What the host saw of one cluster: the policy's whole input.
 ///
 /// `quorum` is the host's finding from `probing` ([`QuorumFinding::of`]),
@@ -389,6 +413,9 @@ pub struct Observation {
     pub probing: Probing,
     pub quorum: QuorumFinding,
     pub history: History,
+    /// None when no active EtcdBackupSchedule names the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupFacts>,
     pub now: TimestampMs,
     /// The cluster's settings for its policy, as JSON text ("{}" when it
     /// sets none). Files write them as a YAML mapping.
@@ -415,6 +442,9 @@ struct ObservationFile {
     quorum: Option<QuorumFinding>,
     #[serde(default)]
     history: History,
+    /// The cluster's backups; absent when no active schedule names it.
+    #[serde(default)]
+    backup: Option<BackupFacts>,
     now: TimestampMs,
     /// The cluster's settings for its policy (a mapping).
     #[serde(default = "settings::empty", with = "settings")]
@@ -448,6 +478,7 @@ impl TryFrom<ObservationFile> for Observation {
             quorum: found,
             probing: f.probing,
             history: f.history,
+            backup: f.backup,
             now: f.now,
             settings: f.settings,
         })

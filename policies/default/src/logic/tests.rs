@@ -67,6 +67,7 @@ fn observation(desired: u32, members: Vec<Member>, endpoints: Vec<EndpointProbe>
         quorum: steward_policy_sdk::QuorumFinding::of(&probing),
         probing,
         history: Default::default(),
+        backup: None,
         now: 1_796_169_600_000,
         settings: "{}".to_owned(),
     }
@@ -214,4 +215,42 @@ fn describe_names_the_owned_conditions_and_a_json_schema() {
     assert_eq!(info.condition_types, ["Available", "Degraded"]);
     let schema: serde_json::Value = serde_json::from_str(&info.settings_schema).unwrap();
     assert_eq!(schema["type"], "object");
+}
+
+#[test]
+fn durations_show_their_two_largest_units() {
+    let cases = [
+        (0, "0s"),
+        (999, "0s"),
+        (12_000, "12s"),
+        (250_000, "4m10s"),
+        (3_600_000, "1h"),
+        (18_720_000, "5h12m"),
+        (183_600_000, "2d3h"),
+        (172_800_000 + 59_000, "2d"),
+        (-5, "0s"),
+    ];
+    for (ms, want) in cases {
+        let mut out = String::new();
+        push_duration(&mut out, ms);
+        assert_eq!(out, want, "{ms} ms");
+    }
+}
+
+#[test]
+fn an_interval_of_zero_is_never_overdue() {
+    let mut obs = observation(1, vec![member("a", 1)], vec![answer("a", 1, 1)]);
+    if let Probing::Attempted(report) = &mut obs.probing {
+        report.quorum_read = QuorumReadOutcome::Succeeded;
+    }
+    obs.quorum = steward_policy_sdk::QuorumFinding::of(&obs.probing);
+    // Any age is more than twice nothing: only the guard keeps this healthy.
+    obs.backup = Some(steward_policy_sdk::BackupFacts {
+        schedule: "s".into(),
+        schedule_created: 0,
+        interval_ms: 0,
+        last_success: None,
+    });
+    let v = evaluate(&obs, &Settings::default());
+    assert_eq!(v.condition(DEGRADED).unwrap().reason, "MembersHealthy");
 }

@@ -548,3 +548,88 @@ fn enum_values_and_variant_cases_are_pascal_case_only() {
         assert!(err.contains(field), "{old}: {err}");
     }
 }
+
+#[test]
+fn backup_facts_are_read_camel_case_and_absent_means_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "backup.yaml",
+        "spec: {desiredReplicas: 1}\nprobing: {Skipped: x}\nnow: 0\n\
+         backup: {schedule: nightly, scheduleCreated: 5, intervalMs: 86400000, lastSuccess: 7}\n",
+    );
+    let obs = load_observation(&path).unwrap();
+    assert_eq!(
+        obs.backup,
+        Some(crate::BackupFacts {
+            schedule: "nightly".into(),
+            schedule_created: 5,
+            interval_ms: 86_400_000,
+            last_success: Some(7),
+        })
+    );
+    // Never succeeded: lastSuccess is left out.
+    let path = write(
+        &dir,
+        "never.yaml",
+        "spec: {desiredReplicas: 1}\nprobing: {Skipped: x}\nnow: 0\n\
+         backup: {schedule: nightly, scheduleCreated: 5, intervalMs: 1000}\n",
+    );
+    assert_eq!(
+        load_observation(&path)
+            .unwrap()
+            .backup
+            .unwrap()
+            .last_success,
+        None
+    );
+    let path = write(
+        &dir,
+        "none.yaml",
+        "spec: {desiredReplicas: 1}\nprobing: {Skipped: x}\nnow: 0\n",
+    );
+    assert_eq!(load_observation(&path).unwrap().backup, None);
+    // A typo is refused like any unknown field.
+    let path = write(
+        &dir,
+        "typo.yaml",
+        "spec: {desiredReplicas: 1}\nprobing: {Skipped: x}\nnow: 0\n\
+         backup: {schedule: nightly, scheduleCreated: 5, interval: 1000}\n",
+    );
+    let err = load_observation(&path).unwrap_err().to_string();
+    assert!(err.contains("interval"), "{err}");
+}
+
+#[test]
+fn an_answers_revision_is_read_and_absent_means_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let revision = |name: &str, answer: &str| {
+        let path = write(
+            &dir,
+            name,
+            &format!(
+                "spec: {{desiredReplicas: 1}}\nnow: 0\nprobing: {{Attempted: {{endpoints: \
+                 [{{member: etcd-a, outcome: {{Answered: {answer}}}}}]}}}}\n"
+            ),
+        );
+        match load_observation(&path).unwrap().probing {
+            crate::Probing::Attempted(report) => match &report.endpoints[0].outcome {
+                crate::ProbeOutcome::Answered(s) => (s.raft_applied_index, s.revision),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        revision(
+            "revision.yaml",
+            "{memberId: \"a1\", raftAppliedIndex: 900, revision: 4711}"
+        ),
+        (900, 4711)
+    );
+    // Case files written before 0.3.0 still load.
+    assert_eq!(
+        revision("older.yaml", "{memberId: \"a1\", raftAppliedIndex: 900}"),
+        (900, 0)
+    );
+}
