@@ -90,6 +90,9 @@ pub struct Context {
     /// When etcd last verified each cluster (by UID), exactly; the status
     /// shows it at most `verified_refresh` late.
     verified_at: Mutex<HashMap<String, jiff::Timestamp>>,
+    /// The status this process last wrote for each cluster (by UID), until
+    /// the watch cache shows it.
+    written_status: Mutex<HashMap<String, crate::api::EtcdClusterStatus>>,
     /// The resourceVersion each child object had right after this process
     /// last applied it, with a digest of what was applied: a child whose
     /// cached copy still has that version is as desired (see
@@ -158,6 +161,46 @@ impl Context {
             .expect("poisoned")
             .get(&uid)
             .copied()
+    }
+
+    /// `cluster` with the status this process last wrote for it, when the
+    /// watch cache does not show that write yet. The operator is the only
+    /// writer of the status, and a status is written whole: derived from a
+    /// cache that lags, it would take back what the last reconcile wrote
+    /// (a recovery's record, an unlatched cluster ID).
+    pub fn with_written_status(
+        &self,
+        cluster: Arc<crate::api::EtcdCluster>,
+    ) -> Arc<crate::api::EtcdCluster> {
+        let Some(uid) = cluster.uid() else {
+            return cluster;
+        };
+        let mut map = self.written_status.lock().expect("poisoned");
+        match map.get(&uid) {
+            Some(written) if cluster.status.as_ref() != Some(written) => {
+                let mut newer = (*cluster).clone();
+                newer.status = Some(written.clone());
+                Arc::new(newer)
+            }
+            Some(_) => {
+                map.remove(&uid);
+                cluster
+            }
+            None => cluster,
+        }
+    }
+
+    pub fn record_written_status(
+        &self,
+        cluster: &impl ResourceExt,
+        stored: Option<crate::api::EtcdClusterStatus>,
+    ) {
+        if let (Some(uid), Some(stored)) = (cluster.uid(), stored) {
+            self.written_status
+                .lock()
+                .expect("poisoned")
+                .insert(uid, stored);
+        }
     }
 
     pub fn record_verified(&self, cluster: &impl ResourceExt, at: jiff::Timestamp) {
@@ -258,6 +301,7 @@ impl Context {
         if let Some(uid) = obj.uid() {
             self.action_errors.lock().expect("poisoned").remove(&uid);
             self.verified_at.lock().expect("poisoned").remove(&uid);
+            self.written_status.lock().expect("poisoned").remove(&uid);
             self.defrags.lock().expect("poisoned").remove(&uid);
             self.restore_checks.lock().expect("poisoned").remove(&uid);
         }
@@ -383,6 +427,7 @@ impl Context {
             metrics,
             action_errors: Mutex::default(),
             verified_at: Mutex::default(),
+            written_status: Mutex::default(),
             applied: Mutex::default(),
             defrags: Mutex::default(),
             restore_checks: Mutex::default(),

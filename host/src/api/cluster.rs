@@ -194,7 +194,63 @@ pub struct EtcdClusterSpec {
     /// Unset: the embedded default policy with default settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_policy: Option<StatusPolicyRef>,
+
+    /// What the operator does when a majority of the voters' data is gone
+    /// for good (docs/backup.md, "Quorum loss"). Unset: Manual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoverySpec>,
 }
+
+/// Recovery from permanent quorum loss.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverySpec {
+    /// Manual: the status names the survivor to recover from and the one
+    /// command that does it; nothing happens until a person runs it.
+    /// Automatic: after `gracePeriodSeconds` without quorum, the operator
+    /// recovers from the surviving voter with the highest applied raft
+    /// index.
+    #[serde(default)]
+    pub quorum_loss: QuorumLossMode,
+    /// How long the cluster must have been without a verified quorum
+    /// before Automatic recovers (Manual shows the command at once).
+    #[serde(default = "default_recovery_grace")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub grace_period_seconds: i32,
+}
+
+impl Default for RecoverySpec {
+    fn default() -> Self {
+        Self {
+            quorum_loss: QuorumLossMode::Manual,
+            grace_period_seconds: default_recovery_grace(),
+        }
+    }
+}
+
+fn default_recovery_grace() -> i32 {
+    300
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum QuorumLossMode {
+    #[default]
+    Manual,
+    Automatic,
+}
+
+/// The annotation a person sets on the EtcdCluster to recover from
+/// permanent quorum loss in Manual mode: its value names the surviving
+/// member to recover from, or `EtcdSnapshot/<name>` when none survives.
+pub const ANNOTATION_RECOVER_FROM: &str = "etcd.steward.dev/recover-from";
+
+/// The prefix of a recover-from value that names an EtcdSnapshot.
+pub const RECOVER_FROM_SNAPSHOT: &str = "EtcdSnapshot/";
+
+/// Put on an EtcdMember whose whole cluster is being restored from a
+/// snapshot because no voter's data survived: its finalizer does not wait
+/// for a quorum to run MemberRemove in, since that cluster is gone.
+pub const ANNOTATION_ABANDONED: &str = "etcd.steward.dev/abandoned";
 
 fn default_replicas() -> i32 {
     DEFAULT_REPLICAS
@@ -567,6 +623,20 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_action_error: Option<String>,
 
+    /// Set while a majority of the voters' data is gone for good: which
+    /// members are lost, which survive, and how to recover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_loss: Option<QuorumLossStatus>,
+
+    /// The last recovery from permanent quorum loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_recovery: Option<RecoveryRecord>,
+
+    /// The highest revision the operator read with a verified quorum: what
+    /// a recovery measures the revisions it lost against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_revision: Option<i64>,
+
     /// When the in-flight target is declared stuck. Unset when no target is in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline: Option<Time>,
@@ -576,6 +646,72 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A majority of the voters is gone for good.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuorumLossStatus {
+    /// Voters whose data is gone, and why the operator knows.
+    pub lost: Vec<LostMember>,
+    /// Voters whose data remains, with what each last answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub survivors: Vec<SurvivingMember>,
+    /// The survivor a recovery starts from: the one with the highest
+    /// applied raft index that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recover_from: Option<String>,
+    /// The one command that recovers (Manual), or what Automatic does.
+    pub action: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LostMember {
+    pub name: String,
+    pub reason: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SurvivingMember {
+    pub name: String,
+    /// Unset when the member did not answer this reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "int64"))]
+    pub raft_applied_index: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+}
+
+/// What a recovery from permanent quorum loss did.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    pub time: Time,
+    pub mode: QuorumLossMode,
+    /// The member whose data the cluster continues from, when one survived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_member: Option<String>,
+    /// The EtcdSnapshot the cluster was restored from, when no voter's data
+    /// survived. While `clusterID` is unset, the new seed is being restored
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<String>,
+    /// The member's applied raft index when it was chosen (0 for a snapshot).
+    #[serde(default)]
+    #[schemars(extend("format" = "int64"))]
+    pub raft_applied_index: u64,
+    /// The member's revision, or the snapshot's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Revisions the operator had read with quorum that the survivor does
+    /// not have (`lastVerifiedRevision` minus its revision; 0 when it was
+    /// up to date). Unset when either is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_revisions: Option<i64>,
+    /// The voters whose data was gone.
+    pub lost_members: Vec<String>,
 }
 
 /// The locked target of the operator.

@@ -66,6 +66,13 @@ pub struct EtcdMemberSpec {
     /// was created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<MemberRestore>,
+    /// Recovery from permanent quorum loss: the member's next Pod starts
+    /// etcd once with `--force-new-cluster`, making it the only member of
+    /// its cluster on its own data. Set by the cluster controller only
+    /// (docs/backup.md, "Quorum loss"), and cleared by it once etcd lists
+    /// this member alone, so no later Pod starts with the flag.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force_new_cluster: bool,
 }
 
 /// A snapshot object a seed member is restored from.
@@ -94,6 +101,12 @@ pub struct EtcdMemberStatus {
     pub is_voter: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_name: Option<String>,
+    /// UID of the PVC this member's data lives on, recorded the first time
+    /// the claim is seen. A claim gone or replaced (another UID) means the
+    /// data is gone for good: the member's Pod is not started on an empty
+    /// volume under its old etcd identity.
+    #[serde(default, rename = "pvcUID", skip_serializing_if = "Option::is_none")]
+    pub pvc_uid: Option<String>,
     /// Pods of this member that terminated (each is then replaced on the
     /// same volume). Pods run with `restartPolicy: Never`, so the kubelet's
     /// restart count stays 0.

@@ -37,6 +37,16 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     }
     let result = async {
         ensure_services(cluster, ctx).await?;
+        // A recover-from annotation on a cluster whose quorum the host
+        // verified authorises nothing now, and must not authorise the next
+        // quorum loss in advance.
+        if e.quorum.is_ok()
+            && cluster
+                .annotations()
+                .contains_key(crate::api::ANNOTATION_RECOVER_FROM)
+        {
+            clear_recover_from(cluster, crate::api::QuorumLossMode::Manual, ctx).await?;
+        }
         let step = &written.step;
         if step.changes_membership() {
             tracing::info!(?step, "membership step");
@@ -343,6 +353,147 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 .map_err(kube(format!("deleting crash-looping EtcdMember {name}")))?;
             Ok(())
         }
+        Step::ReplaceLost { name, why } => {
+            let ev = KubeEvent {
+                type_: KubeEventType::Warning,
+                reason: "ReplacingLostMember".into(),
+                note: Some(format!(
+                    "the data of member {name} is gone ({why}); removing it from etcd and adding a fresh member"
+                )),
+                action: "ReplaceMember".into(),
+                // One series per member: the recorder folds Events with
+                // the same reason and objects into one, keeping its first note.
+                secondary: Some(member_ref(cluster, name)),
+            };
+            let _ = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await;
+            members
+                .delete(name, &Default::default())
+                .await
+                .map_err(kube(format!(
+                    "deleting EtcdMember {name}, whose data is gone"
+                )))?;
+            Ok(())
+        }
+        Step::ForceNewCluster {
+            name,
+            mode,
+            applied,
+            revision,
+            lost,
+        } => {
+            // The cache may not show a flag set a moment ago (the Pod of
+            // that member then no longer answers, and another survivor
+            // looks best): two forced members would be two clusters under
+            // one ID. Ask the API server itself.
+            let listed = members
+                .list(&kube::api::ListParams::default().labels(&format!(
+                    "{}={}",
+                    resources::LABEL_INSTANCE,
+                    cluster.name_any()
+                )))
+                .await
+                .map_err(kube("listing the cluster's EtcdMembers"))?;
+            if let Some(other) = listed
+                .items
+                .iter()
+                .find(|m| m.spec.cluster == cluster.name_any() && m.spec.force_new_cluster)
+            {
+                tracing::info!(member = %other.name_any(), "a recovery is already under way");
+                return Ok(());
+            }
+            // Consumed before it acts: it authorises this recovery only.
+            clear_recover_from(cluster, *mode, ctx).await?;
+            let patch = serde_json::json!({"spec": {"forceNewCluster": true}});
+            members
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube(format!(
+                    "setting forceNewCluster on EtcdMember {name}"
+                )))?;
+            let record = written.status.last_recovery.as_ref();
+            ctx.publish_event(
+                cluster.as_ref(),
+                KubeEventType::Warning,
+                "RecoveringFromQuorumLoss",
+                &format!(
+                    "quorum lost for good (the data of {} is gone); {mode:?} recovery from member {name}: applied index {applied}, revision {}, revisions lost {}; it restarts alone with --force-new-cluster, then fresh members join",
+                    lost.join(", "),
+                    revision.map_or("unknown".into(), |r| r.to_string()),
+                    record
+                        .and_then(|r| r.lost_revisions)
+                        .map_or("unknown".into(), |r| r.to_string()),
+                ),
+                "ForceNewCluster",
+            )
+            .await;
+            Ok(())
+        }
+        Step::RestoreFromSnapshot {
+            snapshot,
+            revision,
+            mode,
+            lost,
+        } => {
+            // The status written before this step unlatched the cluster ID
+            // and recorded the snapshot: from here the seed to be created
+            // restores it. Every member goes; none has data to keep.
+            clear_recover_from(cluster, *mode, ctx).await?;
+            // Members already being removed are marked too: their
+            // finalizers would otherwise wait for a quorum forever.
+            for m in &e.observed.members {
+                let name = m.name();
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    crate::api::ANNOTATION_ABANDONED: format!("restoring the cluster from EtcdSnapshot {snapshot}")
+                }}});
+                members
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(kube(format!("marking EtcdMember {name} abandoned")))?;
+                if m.object.metadata.deletion_timestamp.is_none() {
+                    members
+                        .delete(&name, &Default::default())
+                        .await
+                        .map_err(kube(format!("deleting abandoned EtcdMember {name}")))?;
+                }
+            }
+            let record = written.status.last_recovery.as_ref();
+            ctx.publish_event(
+                cluster.as_ref(),
+                KubeEventType::Warning,
+                "RecoveringFromQuorumLoss",
+                &format!(
+                    "quorum lost for good and no voter's data survives (the data of {} is gone); {mode:?} recovery from EtcdSnapshot {snapshot}: revision {}, revisions lost {}; a new seed restores it, then fresh members join (a new cluster ID)",
+                    lost.join(", "),
+                    revision.map_or("unknown".into(), |r| r.to_string()),
+                    record
+                        .and_then(|r| r.lost_revisions)
+                        .map_or("unknown".into(), |r| r.to_string()),
+                ),
+                "RestoreSnapshot",
+            )
+            .await;
+            Ok(())
+        }
+        Step::EndForceNewCluster { name } => {
+            let patch = serde_json::json!({"spec": {"forceNewCluster": null}});
+            members
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube(format!(
+                    "clearing forceNewCluster on EtcdMember {name}"
+                )))?;
+            ctx.publish_event(
+                cluster.as_ref(),
+                KubeEventType::Normal,
+                "QuorumRecovered",
+                &format!(
+                    "etcd lists {name} alone, with quorum: restarting it without --force-new-cluster; fresh members join as learners"
+                ),
+                "ForceNewCluster",
+            )
+            .await;
+            Ok(())
+        }
         Step::MakeDormant { name } | Step::Wake { name } => {
             let dormant = matches!(step, Step::MakeDormant { .. });
             let patch = serde_json::json!({"spec": {"dormant": dormant}});
@@ -355,6 +506,36 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
             Ok(())
         }
     }
+}
+
+/// Removes the recover-from annotation after a Manual recovery started: it
+/// authorised this recovery only, and left in place it would authorise the
+/// next quorum loss in advance.
+async fn clear_recover_from(
+    cluster: &EtcdCluster,
+    mode: crate::api::QuorumLossMode,
+    ctx: &Context,
+) -> Result<(), ActError> {
+    if !matches!(mode, crate::api::QuorumLossMode::Manual) {
+        return Ok(());
+    }
+    let clusters: Api<EtcdCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        crate::api::ANNOTATION_RECOVER_FROM: null
+    }}});
+    clusters
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube(format!(
+            "removing the {} annotation",
+            crate::api::ANNOTATION_RECOVER_FROM
+        )))?;
+    Ok(())
 }
 
 /// `--initial-cluster` for a joining member, from etcd's own member list.

@@ -237,6 +237,7 @@ mod tests {
                     no_space: false,
                     last_defrag_ms: None,
                     last_reclaimed: None,
+                    ..crate::cluster::plan::tests::member(n, 0)
                 })
                 .collect(),
             etcd_members: Some(

@@ -34,6 +34,7 @@ pub mod evaluate;
 pub mod maintenance;
 pub mod observe;
 pub mod plan;
+pub mod recovery;
 pub mod report;
 pub mod rollout;
 pub mod status;
@@ -56,6 +57,7 @@ pub async fn reconcile_cluster(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let started = std::time::Instant::now();
+    let cluster = ctx.with_written_status(cluster);
     let observed = observe::observe(&cluster, &ctx).await;
     let evaluated = evaluate::evaluate(observed, &ctx).await;
     let step = plan::plan(

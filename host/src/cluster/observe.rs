@@ -23,6 +23,11 @@ pub struct MemberView {
     pub object: Arc<EtcdMember>,
     pub pod: PodFacts,
     pub pod_uid: Option<String>,
+    /// Why its data is gone for good, if it is
+    /// ([`crate::member::volume::data_lost`]).
+    pub data_lost: Option<String>,
+    /// Its Pod runs etcd with `--force-new-cluster`.
+    pub pod_forced: bool,
 }
 
 impl MemberView {
@@ -58,6 +63,8 @@ pub struct Observed {
     /// `spec.bootstrap.restore`, read and checked, while the seed is still
     /// to be created; None otherwise.
     pub restore: Option<Result<crate::api::MemberRestore, crate::snapshot::Problem>>,
+    /// The cluster's Complete and Verified EtcdSnapshots, newest first.
+    pub snapshots: Vec<super::recovery::VerifiedSnapshot>,
     pub now: jiff::Timestamp,
 }
 
@@ -146,6 +153,26 @@ impl Observed {
                     last_reclaimed: self
                         .last_defrag(&m.name())
                         .map(|d| d.reclaimed_bytes.max(0) as u64),
+                    // The role this reconcile resolved (etcd's list, the
+                    // member's answer, its last known role), not what the
+                    // EtcdMember's status last said.
+                    voter: self
+                        .observation
+                        .members
+                        .iter()
+                        .find(|o| o.name == m.name())
+                        .is_some_and(|o| matches!(o.role, sdk::MemberRole::Voter)),
+                    data_lost: m.data_lost.clone(),
+                    applied_index: answered
+                        .get(m.name().as_str())
+                        .map(|s| s.raft_applied_index),
+                    revision: answered
+                        .get(m.name().as_str())
+                        .map(|s| s.revision)
+                        .filter(|r| *r > 0),
+                    pod_absent: matches!(m.pod.phase, sdk::PodPhase::Absent),
+                    force_new_cluster: m.object.spec.force_new_cluster,
+                    pod_forced: m.pod_forced,
                 })
                 .collect(),
             etcd_members: self.listed_members().map(<[_]>::to_vec),
@@ -177,6 +204,29 @@ impl Observed {
                 .filter(|q| *q > 0)
                 .map_or(super::maintenance::DEFAULT_QUOTA_BYTES, |q| q as u64),
             now_ms: self.now.as_millisecond(),
+            recovery: self.recovery_facts(),
+        }
+    }
+
+    fn recovery_facts(&self) -> super::recovery::RecoveryFacts {
+        let c = &self.cluster;
+        let spec = c.spec.recovery.clone().unwrap_or_default();
+        let status = c.status.as_ref();
+        super::recovery::RecoveryFacts {
+            mode: spec.quorum_loss,
+            grace_ms: i64::from(spec.grace_period_seconds.max(0)) * 1000,
+            recover_from: c
+                .annotations()
+                .get(crate::api::ANNOTATION_RECOVER_FROM)
+                .cloned(),
+            unverified_since_ms: status
+                .and_then(|s| s.last_verified_time.as_ref())
+                .or(c.metadata.creation_timestamp.as_ref())
+                .map(ms),
+            cluster: c.name_any(),
+            namespace: c.namespace().unwrap_or_default(),
+            restoring_from: crate::restore::recovering_from(c).map(str::to_owned),
+            snapshots: self.snapshots.clone(),
         }
     }
 }
@@ -192,9 +242,17 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
                 .pods
                 .store()
                 .get(&kube::runtime::reflector::ObjectRef::new(&object.name_any()).within(&ns));
+            let pvc = ctx.watches.pvcs.store().get(
+                &kube::runtime::reflector::ObjectRef::new(&resources::pvc_name(&object.name_any()))
+                    .within(&ns),
+            );
             MemberView {
                 pod: pod_facts(pod.as_deref()),
                 pod_uid: pod.as_ref().and_then(|p| p.uid()),
+                data_lost: crate::member::volume::data_lost(&object, pvc.as_deref()),
+                pod_forced: pod
+                    .as_deref()
+                    .is_some_and(resources::pod_forces_new_cluster),
                 object,
             }
         })
@@ -291,6 +349,16 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         observation,
         cluster_id,
         restore,
+        snapshots: crate::facts::verified_snapshots(
+            cluster,
+            &ctx.watches.snapshots.store().state(),
+        )
+        .into_iter()
+        .map(|(s, _)| super::recovery::VerifiedSnapshot {
+            name: s.name_any(),
+            revision: s.status.as_ref().and_then(|st| st.revision),
+        })
+        .collect(),
         now,
     }
 }

@@ -38,6 +38,21 @@ pub struct MemberFacts {
     pub last_defrag_ms: Option<i64>,
     /// What that defragmentation reclaimed, in bytes.
     pub last_reclaimed: Option<u64>,
+    /// A voter, as its EtcdMember records etcd's last word (the seed from
+    /// the start): what quorum is counted against when etcd cannot list.
+    pub voter: bool,
+    /// Why its data is known to be gone for good (its PVC deleted or
+    /// replaced), if it is ([`crate::member::volume::data_lost`]).
+    pub data_lost: Option<String>,
+    /// Its applied raft index and revision, if it answered.
+    pub applied_index: Option<u64>,
+    pub revision: Option<i64>,
+    /// No Pod exists for it: with its data gone too, it cannot vote.
+    pub pod_absent: bool,
+    /// `spec.forceNewCluster` ([`super::recovery`]).
+    pub force_new_cluster: bool,
+    /// Its Pod runs etcd with `--force-new-cluster`.
+    pub pod_forced: bool,
 }
 
 /// Everything the planner needs, gathered by the observe stage.
@@ -73,6 +88,8 @@ pub struct Facts {
     pub quota_bytes: u64,
     /// The observation's time, for schedules and cooldowns.
     pub now_ms: i64,
+    /// `spec.recovery` and what it acts on ([`super::recovery`]).
+    pub recovery: super::recovery::RecoveryFacts,
 }
 
 impl Facts {
@@ -150,6 +167,31 @@ pub enum Step {
     MakeDormant { name: String },
     /// replicas went above 0 again: restart the dormant member.
     Wake { name: String },
+    /// The member's data is gone for good (its PVC deleted or replaced):
+    /// remove it like a scale-down and let a fresh member join, rather
+    /// than start etcd on an empty volume under its old identity.
+    ReplaceLost { name: String, why: String },
+    /// Quorum is lost for good: restart `name` once with
+    /// `--force-new-cluster` ([`super::recovery`]).
+    ForceNewCluster {
+        name: String,
+        mode: crate::api::QuorumLossMode,
+        applied: u64,
+        revision: Option<i64>,
+        lost: Vec<String>,
+    },
+    /// The forced cluster lists only `name`: clear its flag, so no later
+    /// Pod of it starts with `--force-new-cluster`.
+    EndForceNewCluster { name: String },
+    /// Quorum is lost and no voter's data survives: abandon every member,
+    /// unlatch the cluster ID and restore a new seed from `snapshot`
+    /// ([`super::recovery`]).
+    RestoreFromSnapshot {
+        snapshot: String,
+        revision: Option<i64>,
+        mode: crate::api::QuorumLossMode,
+        lost: Vec<String>,
+    },
 }
 
 /// What leadership moves away for.
@@ -214,6 +256,18 @@ impl Step {
             }
             Step::MakeDormant { name } => format!("next: make {name} dormant"),
             Step::Wake { name } => format!("next: wake dormant member {name}"),
+            Step::ReplaceLost { name, why } => {
+                format!("next: replace member {name}, whose data is gone ({why})")
+            }
+            Step::ForceNewCluster { name, applied, .. } => format!(
+                "next: recover from quorum loss: restart member {name} (applied index {applied}) alone with --force-new-cluster"
+            ),
+            Step::EndForceNewCluster { name } => {
+                format!("next: restart member {name} without --force-new-cluster")
+            }
+            Step::RestoreFromSnapshot { snapshot, .. } => format!(
+                "next: recover from quorum loss: abandon every member and restore a new seed from EtcdSnapshot {snapshot}"
+            ),
         })
     }
 }
@@ -223,6 +277,14 @@ pub fn plan(f: &Facts) -> Step {
         return Step::Idle;
     }
     let live: Vec<&MemberFacts> = f.members.iter().filter(|m| !m.deleting).collect();
+    // Before waiting on a removal: a member being removed whose finalizer
+    // needs a quorum that is lost for good would wait forever.
+    if !f.quorum_verified && f.cluster_id_latched {
+        let all: Vec<&MemberFacts> = f.members.iter().collect();
+        if let Some(step) = super::recovery::plan(&all, f) {
+            return step;
+        }
+    }
     if f.members.iter().any(|m| m.deleting) {
         return Step::Wait("a member is being removed".into());
     }
@@ -264,6 +326,13 @@ pub fn plan(f: &Facts) -> Step {
         };
     }
     if !f.cluster_id_latched {
+        // A restore from a snapshot that could not abandon every lost
+        // member at once goes on with the rest.
+        if f.recovery.restoring_from.is_some()
+            && let Some(step) = super::recovery::plan(&live, f)
+        {
+            return step;
+        }
         let stuck = live
             .iter()
             .find_map(|m| Some((&m.name, m.pod_stuck.as_ref()?)));
@@ -283,6 +352,9 @@ pub fn plan(f: &Facts) -> Step {
     let Some(listed) = &f.etcd_members else {
         return Step::Wait("etcd's member list is unknown".into());
     };
+    if let Some(step) = super::recovery::finish(&live, listed) {
+        return step;
+    }
 
     // An added learner that never started and has no EtcdMember: the
     // operator stopped between MemberAdd and creating the object. Finish
@@ -314,6 +386,14 @@ pub fn plan(f: &Facts) -> Step {
     // stops there instead, and names it.
     // One behind the target is restarted on it instead (how setting
     // spec.version back recovers a member that failed on the new one).
+    if let Some(lost) = live.iter().find(|m| m.data_lost.is_some()) {
+        let why = lost.data_lost.clone().unwrap_or_default();
+        let what = format!("the data of member {} is gone ({why})", lost.name);
+        return match replace(lost, listed, f, &what) {
+            Step::Replace { name, .. } => Step::ReplaceLost { name, why },
+            wait => wait,
+        };
+    }
     if let Some(broken) = f.crash_looping().next() {
         let behind = broken.spec_version != f.target_version;
         if behind || super::rollout::failed_on_new_version(broken, &live, f) {
@@ -321,7 +401,11 @@ pub fn plan(f: &Facts) -> Step {
                 Step::Wait(format!("member {} fails on its new version", broken.name))
             });
         }
-        return replace(broken, listed, f);
+        let what = format!(
+            "member {} failed {} times in a row",
+            broken.name, broken.failures
+        );
+        return replace(broken, listed, f, &what);
     }
     // A Pod being replaced for its version: nothing else changes meanwhile.
     if let Some(m) = super::rollout::in_flight(&live) {
@@ -376,7 +460,7 @@ pub fn plan(f: &Facts) -> Step {
 /// without a quorum of the smaller cluster. The member's finalizer checks
 /// the same against etcd before MemberRemove; checking here too keeps a
 /// member from sitting half-deleted while quorum is short.
-fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts) -> Step {
+fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts, what: &str) -> Step {
     let voters: Vec<u64> = listed
         .iter()
         .filter(|m| !m.is_learner)
@@ -393,9 +477,7 @@ fn replace(broken: &MemberFacts, listed: &[EtcdListed], f: &Facts) -> Step {
         let needed = quorum(voters.len() - 1);
         if answering_others < needed {
             return Step::Wait(format!(
-                "member {} failed {} times in a row; replacing it needs {needed} of the other {} voters answering, {answering_others} do",
-                broken.name,
-                broken.failures,
+                "{what}; replacing it needs {needed} of the other {} voters answering, {answering_others} do",
                 voters.len() - 1
             ));
         }
@@ -470,10 +552,10 @@ pub(super) fn move_leadership_off(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn member(name: &str, created_ms: i64) -> MemberFacts {
+    pub(crate) fn member(name: &str, created_ms: i64) -> MemberFacts {
         MemberFacts {
             name: name.into(),
             created_ms,
@@ -488,6 +570,13 @@ mod tests {
             no_space: false,
             last_defrag_ms: None,
             last_reclaimed: None,
+            voter: true,
+            data_lost: None,
+            applied_index: None,
+            revision: None,
+            pod_absent: false,
+            force_new_cluster: false,
+            pod_forced: false,
         }
     }
 
@@ -521,7 +610,7 @@ mod tests {
         );
     }
 
-    fn listed(id: u64, name: &str, learner: bool) -> EtcdListed {
+    pub(crate) fn listed(id: u64, name: &str, learner: bool) -> EtcdListed {
         EtcdListed {
             id,
             name: name.into(),

@@ -128,7 +128,12 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
         observed_generation: Some(generation),
         ready_members: e.verdict.ready_members as i32,
         selector: Some(resources::cluster_selector(&cluster.name_any())),
-        cluster_id: e.observed.cluster_id.clone(),
+        // Restoring from a snapshot starts a new etcd cluster: the old ID
+        // is unlatched so the restored seed's can be.
+        cluster_id: match step {
+            Step::RestoreFromSnapshot { .. } => None,
+            _ => e.observed.cluster_id.clone(),
+        },
         cluster_token: Some(resources::cluster_token(cluster)),
         version: conditions::cluster_version(&running)
             .map(str::to_owned)
@@ -154,9 +159,116 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
             .map(|m| m.name())
             .collect(),
         last_action_error: ctx.last_action_error(cluster.as_ref()),
+        // The host's own quorum finding, not the verdict: a policy that
+        // declines verification does not make a quorum lost.
+        quorum_loss: (e.quorum.is_err() && facts.cluster_id_latched)
+            .then(|| quorum_loss_status(&facts))
+            .flatten(),
+        last_recovery: match step {
+            Step::ForceNewCluster {
+                name,
+                mode,
+                applied,
+                revision,
+                lost,
+            } => Some(crate::api::RecoveryRecord {
+                time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                mode: *mode,
+                from_member: Some(name.clone()),
+                from_snapshot: None,
+                raft_applied_index: *applied,
+                revision: *revision,
+                lost_revisions: revision
+                    .zip(prev.last_verified_revision)
+                    .map(|(have, known)| (known - have).max(0)),
+                lost_members: lost.clone(),
+            }),
+            Step::RestoreFromSnapshot {
+                snapshot,
+                revision,
+                mode,
+                lost,
+            } => Some(crate::api::RecoveryRecord {
+                time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                mode: *mode,
+                from_member: None,
+                from_snapshot: Some(snapshot.clone()),
+                raft_applied_index: 0,
+                revision: *revision,
+                lost_revisions: revision
+                    .zip(prev.last_verified_revision)
+                    .map(|(have, known)| (known - have).max(0)),
+                lost_members: lost.clone(),
+            }),
+            _ => prev.last_recovery.clone(),
+        },
+        // A recovery starts the count again from what it recovered: the
+        // old high-water mark is of data that is gone.
+        last_verified_revision: match step {
+            Step::ForceNewCluster { revision, .. } | Step::RestoreFromSnapshot { revision, .. } => {
+                *revision
+            }
+            _ if e.quorum.is_ok() => facts
+                .members
+                .iter()
+                .filter_map(|m| m.revision)
+                .max()
+                .max(prev.last_verified_revision),
+            _ => prev.last_verified_revision,
+        },
         progress_deadline,
         conditions,
     }
+}
+
+/// The status's account of a quorum lost for good, if it is.
+fn quorum_loss_status(facts: &super::plan::Facts) -> Option<crate::api::QuorumLossStatus> {
+    use super::recovery;
+    let all: Vec<&super::plan::MemberFacts> = facts.members.iter().collect();
+    let loss = recovery::quorum_loss(&all)?;
+    let r = &facts.recovery;
+    let forced = facts.members.iter().find(|m| m.force_new_cluster);
+    // With no survivor, the newest verified snapshot takes its place.
+    let best = match (&loss.best, forced) {
+        // A recovery under way: the member it started from, not a new pick.
+        (_, Some(m)) => Some(m.name.clone()),
+        (Some(b), None) => Some(b.name.clone()),
+        (None, None) if loss.survivors.is_empty() => r
+            .snapshots
+            .first()
+            .map(|s| format!("{}{}", crate::api::RECOVER_FROM_SNAPSHOT, s.name)),
+        (None, None) => None,
+    };
+    let action = match (&best, r.mode) {
+        (Some(b), _) if forced.is_some() => {
+            format!("recovering: {b} restarts alone with --force-new-cluster")
+        }
+        (None, _) if loss.survivors.is_empty() => "no voter's data survives and this cluster has no Complete and Verified EtcdSnapshot: create a new cluster restored from a snapshot you trust (spec.bootstrap.restore)".to_owned(),
+        (None, _) => "waiting for a surviving member to answer".to_owned(),
+        (Some(b), crate::api::QuorumLossMode::Manual) => recovery::manual_command(r, b),
+        (Some(b), crate::api::QuorumLossMode::Automatic) => format!(
+            "Automatic: the operator recovers from {b} once spec.recovery.gracePeriodSeconds ({} s) have passed since lastVerifiedTime",
+            r.grace_ms / 1000
+        ),
+    };
+    Some(crate::api::QuorumLossStatus {
+        lost: loss
+            .lost
+            .into_iter()
+            .map(|(name, reason)| crate::api::LostMember { name, reason })
+            .collect(),
+        survivors: loss
+            .survivors
+            .into_iter()
+            .map(|s| crate::api::SurvivingMember {
+                name: s.name,
+                raft_applied_index: s.applied,
+                revision: s.revision,
+            })
+            .collect(),
+        recover_from: best,
+        action,
+    })
 }
 
 fn stall(e: &Evaluated, prev: &EtcdClusterStatus, now: jiff::Timestamp) -> Option<Stall> {
@@ -200,6 +312,7 @@ pub async fn write(
         write_whole_status(&api, &cluster.name_any(), &status)
             .await
             .map_err(Error::StatusWrite)?;
+        ctx.record_written_status(cluster.as_ref(), Some(status.clone()));
     }
     Ok(StatusWritten {
         evaluated,
@@ -229,6 +342,7 @@ pub fn at_rest(
     if recent {
         let held = EtcdClusterStatus {
             last_verified_time: Some(old.clone()),
+            last_verified_revision: stored.last_verified_revision,
             ..status.clone()
         };
         if &held == stored {

@@ -114,6 +114,31 @@ async fn step(o: &Observed, cluster: &EtcdCluster, ctx: &Context) -> Result<Dura
             settled(pods.delete(&name, &delete_this(p)).await.map(drop))
                 .map_err(kube(format!("deleting Pod {name} for its new version")))?;
         }
+        // Quorum-loss recovery set or cleared --force-new-cluster: the Pod
+        // is replaced on the same volume. Only the cluster controller sets
+        // the flag, and clears it before adding members.
+        Some(p)
+            if p.metadata.deletion_timestamp.is_none()
+                && resources::pod_forces_new_cluster(p) != member.spec.force_new_cluster =>
+        {
+            let ev = KubeEvent {
+                type_: KubeEventType::Normal,
+                reason: "RestartingForRecovery".into(),
+                note: Some(format!(
+                    "replacing Pod {name} on the same volume {} --force-new-cluster",
+                    if member.spec.force_new_cluster {
+                        "with"
+                    } else {
+                        "without"
+                    }
+                )),
+                action: "ReplacePod".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&ev, &member.object_ref(&())).await;
+            settled(pods.delete(&name, &delete_this(p)).await.map(drop))
+                .map_err(kube(format!("deleting Pod {name} for recovery")))?;
+        }
         // The PDB counts voter Pods by label; a promoted learner's Pod
         // must say so.
         Some(p)
@@ -128,6 +153,10 @@ async fn step(o: &Observed, cluster: &EtcdCluster, ctx: &Context) -> Result<Dura
                 .await
                 .map_err(kube(format!("labelling Pod {name} with its role")))?;
         }
+        // Its data is gone: etcd must not start on an empty volume under
+        // the member's old identity. The cluster replaces the member (or,
+        // without quorum, recovers); the status says which.
+        None if o.data_lost().is_some() => {}
         None if !member.spec.dormant => {
             // A Pod exists only with its PVC (the PVC protection finalizer
             // keeps one in use), so the PVC is made only for a new Pod.

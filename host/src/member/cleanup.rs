@@ -1,5 +1,8 @@
 //! MemberRemove for a deleted EtcdMember, in its finalizer: only with
-//! verified quorum, decided by [`removal_decision`] (a pure function).
+//! verified quorum, decided by [`removal_decision`] (a pure function). A
+//! member the cluster abandoned ([`crate::api::ANNOTATION_ABANDONED`]:
+//! every voter's data was gone, and the cluster is being restored from a
+//! snapshot) has no cluster left to be removed from, and is let go.
 
 use std::sync::Arc;
 
@@ -29,6 +32,14 @@ pub async fn cleanup(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, E
         return Ok(Action::await_change());
     };
     if cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // Abandoned by a restore after total quorum loss: the etcd cluster it
+    // was a member of is gone, so there is nothing to remove it from.
+    if member
+        .annotations()
+        .contains_key(crate::api::ANNOTATION_ABANDONED)
+    {
         return Ok(Action::await_change());
     }
     let name = member.name_any();

@@ -52,6 +52,11 @@ impl Observed {
         super::volume::volume_state(self.pvc.as_deref()?, &cluster.spec.storage.size)
     }
 
+    /// Why the member's data is gone for good, if it is.
+    pub fn data_lost(&self) -> Option<String> {
+        super::volume::data_lost(&self.member, self.pvc.as_deref())
+    }
+
     /// Consecutive failures including the current Pod's.
     pub fn failures(&self) -> u32 {
         self.prior_failures + u32::from(self.facts.is_terminal() && self.facts.counts_as_failure())

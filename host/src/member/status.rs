@@ -62,6 +62,14 @@ pub fn next_status(o: &Observed, last_action_error: Option<String>) -> EtcdMembe
         is_voter: summary.is_none_or(|s| matches!(s.role, MemberRole::Voter)),
         pvc_name: (!matches!(member.spec.storage.medium, StorageMedium::Memory))
             .then(|| resources::pvc_name(&name)),
+        // Recorded once and kept: a later claim of the same name is not
+        // the volume the data was on.
+        pvc_uid: prev.pvc_uid.clone().or_else(|| {
+            o.pvc
+                .as_ref()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .and_then(|c| c.uid())
+        }),
         pod_restarts: prev.pod_restarts + u32::from(o.newly_terminated),
         // Ready (Pod Ready and confirmed by etcd) ends a crash loop.
         consecutive_failures: if ready { 0 } else { o.failures() },

@@ -62,6 +62,41 @@ pub fn volume_state(claim: &PersistentVolumeClaim, wanted: &Quantity) -> Option<
     })
 }
 
+/// Why `member`'s data is gone for good, if it is: the PVC its status
+/// recorded (`pvcUID`) is deleted, being deleted, or replaced by another
+/// claim of the same name. A member that merely does not answer is never
+/// lost by this; nor is one whose claim was never recorded (just created,
+/// or Memory, which has none).
+pub fn data_lost(
+    member: &crate::api::EtcdMember,
+    pvc: Option<&PersistentVolumeClaim>,
+) -> Option<String> {
+    if matches!(
+        member.spec.storage.medium,
+        crate::api::StorageMedium::Memory
+    ) {
+        return None;
+    }
+    let status = member.status.as_ref()?;
+    let name = crate::resources::pvc_name(&member.metadata.name.clone().unwrap_or_default());
+    let Some(recorded) = status.pvc_uid.as_deref() else {
+        // From before claims were recorded: a member etcd knew (it has an
+        // ID, so it ran on a claim) whose claim is gone lost its data too.
+        return (status.member_id.is_some() && pvc.is_none())
+            .then(|| format!("PVC {name} was deleted (the member had joined etcd)"));
+    };
+    match pvc {
+        None => Some(format!("PVC {name} was deleted")),
+        Some(c) if c.metadata.uid.as_deref() != Some(recorded) => Some(format!(
+            "PVC {name} was replaced: its data was on the claim with UID {recorded}"
+        )),
+        Some(c) if c.metadata.deletion_timestamp.is_some() => {
+            Some(format!("PVC {name} is being deleted"))
+        }
+        Some(_) => None,
+    }
+}
+
 /// How the act stage's failed resize begins, so the status can tell it
 /// from other failed steps.
 pub const RESIZE_ACTION: &str = "growing PVC";
@@ -115,6 +150,54 @@ mod tests {
             "status": capacity.map(|c| serde_json::json!({"phase": "Bound", "capacity": {"storage": c}})),
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn data_is_lost_only_with_the_recorded_claim_gone_or_replaced() {
+        let mut member: crate::api::EtcdMember = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1", "kind": "EtcdMember",
+            "metadata": {"name": "main-a"},
+            "spec": {"cluster": "main", "version": "3.6.17", "initialCluster": "", "clusterToken": ""},
+        }))
+        .unwrap();
+        let pvc = |uid: &str, deleting: bool| -> PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "data-main-a", "uid": uid,
+                    "deletionTimestamp": deleting.then_some("2026-12-07T00:00:00Z"),
+                },
+            }))
+            .unwrap()
+        };
+        assert_eq!(data_lost(&member, None), None, "no claim recorded yet");
+        member.status = Some(crate::api::EtcdMemberStatus {
+            member_id: Some("8e9e05c52164694d".into()),
+            ..Default::default()
+        });
+        assert!(
+            data_lost(&member, None).is_some(),
+            "a member etcd knew, whose claim was never recorded and is gone"
+        );
+        assert_eq!(data_lost(&member, Some(&pvc("u9", false))), None);
+        member.status = Some(crate::api::EtcdMemberStatus {
+            pvc_uid: Some("u1".into()),
+            ..Default::default()
+        });
+        assert_eq!(data_lost(&member, Some(&pvc("u1", false))), None);
+        assert_eq!(
+            data_lost(&member, None).as_deref(),
+            Some("PVC data-main-a was deleted")
+        );
+        assert!(
+            data_lost(&member, Some(&pvc("u2", false)))
+                .unwrap()
+                .contains("replaced")
+        );
+        assert!(
+            data_lost(&member, Some(&pvc("u1", true)))
+                .unwrap()
+                .contains("being deleted")
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub fn etcd_member(
             bootstrap,
             dormant: false,
             restore: None,
+            force_new_cluster: false,
         },
     );
     member.metadata = ObjectMeta {

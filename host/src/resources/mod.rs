@@ -19,7 +19,7 @@ pub use names::{
     member_name_from_peer_url, member_peer_url, new_member_name, seed_initial_cluster,
 };
 pub use pdb::pod_disruption_budget;
-pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod, pod_version};
+pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod, pod_forces_new_cluster, pod_version};
 pub use pvc::{member_pvc, pvc_name};
 pub use service::{client_service, client_service_name, headless_service};
 
@@ -187,6 +187,7 @@ pub(crate) mod fixtures {
                 bootstrap,
                 dormant: false,
                 restore: None,
+                force_new_cluster: false,
             },
         );
         m.metadata.namespace = Some("prod".into());

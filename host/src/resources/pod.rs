@@ -84,6 +84,19 @@ pub fn member_pod(
 
 /// The etcd version `pod` was built for: its annotation, else (a Pod made
 /// before the annotation existed) its etcd image's `v` tag.
+/// The Pod runs etcd with `--force-new-cluster` (quorum-loss recovery).
+pub fn pod_forces_new_cluster(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers
+            .iter()
+            .filter(|c| c.name == CONTAINER)
+            .flat_map(|c| c.args.iter().flatten().chain(c.command.iter().flatten()))
+            .any(|a| a == FORCE_NEW_CLUSTER)
+    })
+}
+
+const FORCE_NEW_CLUSTER: &str = "--force-new-cluster";
+
 pub fn pod_version(pod: &Pod) -> Option<&str> {
     if let Some(v) = pod.annotations().get(ANNOTATION_VERSION) {
         return Some(v);
@@ -198,6 +211,9 @@ fn etcd_args(cx: &MemberContext<'_>) -> Vec<String> {
         format!("--initial-cluster-state={state}"),
         format!("--initial-cluster-token={}", spec.cluster_token),
     ];
+    if spec.force_new_cluster {
+        args.push(FORCE_NEW_CLUSTER.to_owned());
+    }
     if let Some(options) = &cx.cluster.spec.options {
         if let Some(bytes) = options.quota_backend_bytes {
             args.push(format!("--quota-backend-bytes={bytes}"));

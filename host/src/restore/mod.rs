@@ -27,9 +27,40 @@ use crate::context::Context;
 use crate::snapshot::store::Destination;
 use crate::snapshot::{Problem, reason};
 
-/// The source `spec.bootstrap.restore` names, if any.
-pub fn source(cluster: &EtcdCluster) -> Option<&RestoreSource> {
-    Some(&cluster.spec.bootstrap.as_ref()?.restore.as_ref()?.source)
+/// The snapshot a recovery from total quorum loss restores the cluster
+/// from: `status.lastRecovery.fromSnapshot`, while no cluster ID is
+/// latched (once the restored seed forms, the recovery is over).
+pub fn recovering_from(cluster: &EtcdCluster) -> Option<&str> {
+    let status = cluster.status.as_ref()?;
+    if status.cluster_id.is_some() {
+        return None;
+    }
+    status.last_recovery.as_ref()?.from_snapshot.as_deref()
+}
+
+/// What the seed is restored from: the snapshot of a recovery in
+/// progress, else the source `spec.bootstrap.restore` names, if any.
+pub fn source(cluster: &EtcdCluster) -> Option<RestoreSource> {
+    if let Some(name) = recovering_from(cluster) {
+        return Some(RestoreSource {
+            snapshot_ref: Some(k8s_openapi::api::core::v1::LocalObjectReference {
+                name: name.to_owned(),
+            }),
+            s3: None,
+            sha256: None,
+            pvc: None,
+        });
+    }
+    Some(
+        cluster
+            .spec
+            .bootstrap
+            .as_ref()?
+            .restore
+            .as_ref()?
+            .source
+            .clone(),
+    )
 }
 
 /// The object and checksum `source` stands for, without reading it.
@@ -147,12 +178,16 @@ pub async fn resolve(
 ) -> Option<Result<MemberRestore, Problem>> {
     let source = source(cluster)?;
     let ns = cluster.namespace().unwrap_or_default();
-    let uid = cluster.uid().unwrap_or_default();
+    // A recovery's source is another than the bootstrap's: checked apart.
+    let uid = match recovering_from(cluster) {
+        Some(name) => format!("{}/recovery/{name}", cluster.uid().unwrap_or_default()),
+        None => cluster.uid().unwrap_or_default(),
+    };
     if let Some(known) = ctx.restore_checked(&uid) {
         return Some(known);
     }
     let outcome = async {
-        let restore = locate(source, &ns, ctx)?;
+        let restore = locate(&source, &ns, ctx)?;
         let credentials = crate::snapshot::credentials(ctx, &ns, &restore.s3).await?;
         let key = restore.s3.key.clone().unwrap_or_default();
         let object = Destination::object(&restore.s3, key, &credentials)?;

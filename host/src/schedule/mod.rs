@@ -486,7 +486,7 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
                     .and_then(|s| s.cluster_id.as_ref())
                     .is_none()
                 && crate::restore::source(c)
-                    .and_then(|s| s.snapshot_ref.as_ref())
+                    .and_then(|s| s.snapshot_ref)
                     .is_some_and(|r| r.name == name)
         })
     };
