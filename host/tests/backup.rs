@@ -958,6 +958,49 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             "a suspended schedule took a snapshot"
         );
 
+        // The status policy sees the backups (steward:status@0.3.0): a
+        // schedule every 5 s whose runs all fail (wrong credentials), with
+        // the last verified snapshot older than two of its intervals, makes
+        // the cluster Degraded with BackupOverdue, and still Available.
+        let overdue: EtcdBackupSchedule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdBackupSchedule",
+            "metadata": {"name": "overdue"},
+            "spec": {
+                "clusterRef": {"name": "bk"},
+                "schedule": "*/5 * * * * *",
+                "destination": {"s3": {"endpoint": s3.endpoint(), "bucket": BUCKET, "key": "overdue",
+                                       "credentialsSecretRef": {"name": "wrong-creds"}, "forcePathStyle": true}},
+                "failedHistoryLimit": 1,
+            },
+        }))
+        .unwrap();
+        schedules
+            .create(&PostParams::default(), &overdue)
+            .await
+            .unwrap();
+        let c = env
+            .wait_for("bk", "Degraded with BackupOverdue", |c| {
+                condition_reason(c, "Degraded") == Some("BackupOverdue")
+            })
+            .await;
+        assert_eq!(condition(&c, "Degraded"), Some("True"));
+        assert_eq!(condition(&c, "Available"), Some("True"));
+        let message = condition_message(&c, "Degraded").unwrap();
+        assert!(
+            message.contains("schedule overdue runs every 5s"),
+            "{message}"
+        );
+        // No active schedule: nothing is expected, nothing is overdue.
+        schedules
+            .delete("overdue", &Default::default())
+            .await
+            .unwrap();
+        env.wait_for("bk", "Degraded False once no schedule is active", |c| {
+            condition(c, "Degraded") == Some("False")
+        })
+        .await;
+
         // 5. No credential reached a log line, an Event, a status or a metric.
         let mut seen = vec![("logs", logs.text()), ("metrics", env.metrics_text())];
         let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
