@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_steward::api::EtcdCluster;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use steward_testbed::s3::S3Server;
 use support::*;
 
@@ -39,26 +39,6 @@ async fn apply(env: &Env, manifest: serde_json::Value) {
     let file = env.dir().join(format!("{kind}.json"));
     std::fs::write(&file, manifest.to_string()).unwrap();
     kubectl(&env.plane, &["apply", "-f", file.to_str().unwrap()]).await;
-}
-
-async fn destroy(env: &Env, members: &[String]) {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
-    for m in members {
-        pvcs.delete(&format!("data-{m}"), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    for m in members {
-        pods.delete(m, &DeleteParams::default()).await.unwrap();
-    }
-    for m in members {
-        while pods.get_opt(m).await.unwrap().is_some()
-            || pvcs.get_opt(&format!("data-{m}")).await.unwrap().is_some()
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 }
 
 async fn wait_until(env: &Env, name: &str, what: &str, pred: impl Fn(&EtcdCluster) -> bool) {
@@ -111,7 +91,7 @@ fn main() {
         wait_until(&env, "qloss", "Available", |c| available(c, 5)).await;
         let names = env.member_names("qloss").await;
         env.kill_operator().await;
-        destroy(&env, &names[..3]).await;
+        destroy_data(&env, &names[..3]).await;
         let start = Instant::now();
         env.start_operator();
         wait_until(&env, "qloss", "recovered", |c| {
@@ -223,7 +203,7 @@ fn main() {
         writer.await.unwrap();
         let last_acked = acked.load(Ordering::Relaxed);
         let destroyed_at = jiff::Timestamp::now();
-        destroy(&env, &names).await;
+        destroy_data(&env, &names).await;
         let start = Instant::now();
         wait_until(&env, "rpo", "restored from the newest snapshot", |c| {
             available(c, 3)

@@ -21,35 +21,9 @@ mod support;
 use std::collections::BTreeSet;
 
 use etcd_steward::api::EtcdCluster;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use support::*;
-
-/// Deletes each member's PVC, then its Pod, and waits until both are gone
-/// (pvc-protection holds the claim until no Pod uses it): the data is
-/// gone for good.
-async fn destroy(env: &Env, members: &[String]) {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
-    for m in members {
-        pvcs.delete(&format!("data-{m}"), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    for m in members {
-        pods.delete(m, &DeleteParams::default()).await.unwrap();
-    }
-    let start = std::time::Instant::now();
-    for m in members {
-        while pods.get_opt(m).await.unwrap().is_some()
-            || pvcs.get_opt(&format!("data-{m}")).await.unwrap().is_some()
-        {
-            assert!(start.elapsed() < EVENTUALLY, "{m}'s Pod or PVC stayed");
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    }
-}
 
 async fn put_keys(env: &Env, cluster: &str, prefix: &str, n: usize) {
     let endpoints = env.endpoints(cluster).await;
@@ -132,7 +106,7 @@ fn permanent_quorum_loss_is_recovered_from_a_survivor_and_never_while_a_quorum_a
         let names = env.member_names("five").await;
         let two: Vec<String> = names[..2].to_vec();
         env.kill_operator().await;
-        destroy(&env, &two).await;
+        destroy_data(&env, &two).await;
         let watch = env.watch("five").await;
         env.start_operator();
         let seen = watch
@@ -183,8 +157,19 @@ fn permanent_quorum_loss_is_recovered_from_a_survivor_and_never_while_a_quorum_a
         let names = env.member_names("five").await;
         let three: Vec<String> = names[..3].to_vec();
         let survivors: Vec<String> = names[3..].to_vec();
+        let ids_before: std::collections::BTreeMap<String, String> = env
+            .clusters()
+            .get("five")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .members
+            .into_iter()
+            .filter_map(|m| Some((m.name, m.id?)))
+            .collect();
         env.kill_operator().await;
-        destroy(&env, &three).await;
+        destroy_data(&env, &three).await;
         let watch = env.watch("five").await;
         env.start_operator();
         // Within the grace period (60 s from the last verified quorum) it
@@ -251,6 +236,17 @@ fn permanent_quorum_loss_is_recovered_from_a_survivor_and_never_while_a_quorum_a
         assert_eq!(now.len(), 5);
         assert!(now.contains(&from));
         assert_eq!(voters(&env, "five").await, now.iter().cloned().collect());
+        // --force-new-cluster keeps the member's data and its etcd identity.
+        let id_after = s
+            .members
+            .iter()
+            .find(|m| m.name == from)
+            .and_then(|m| m.id.clone());
+        assert_eq!(
+            id_after.as_ref(),
+            ids_before.get(&from),
+            "{from} keeps its member ID"
+        );
         let recovered_from = env.members().get(&from).await.unwrap();
         assert!(
             !recovered_from.spec.force_new_cluster,
@@ -273,12 +269,29 @@ fn permanent_quorum_loss_is_recovered_from_a_survivor_and_never_while_a_quorum_a
         // --- 3 members, Manual (the default).
         env.create_cluster("three", 3).await;
         env.wait_available("three", 3).await;
+        // An annotation set while the quorum is verified authorises nothing:
+        // it is removed, and cannot authorise the next quorum loss.
+        env.clusters()
+            .patch(
+                "three",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                    etcd_steward::api::ANNOTATION_RECOVER_FROM: "ahead-of-time"
+                }}})),
+            )
+            .await
+            .unwrap();
+        env.wait_for("three", "the ahead-of-time annotation removed", |c| {
+            !c.annotations()
+                .contains_key(etcd_steward::api::ANNOTATION_RECOVER_FROM)
+        })
+        .await;
         put_keys(&env, "three", "m", 10).await;
         let before = keys(&env, "three").await;
         let names = env.member_names("three").await;
         let two: Vec<String> = names[..2].to_vec();
         env.kill_operator().await;
-        destroy(&env, &two).await;
+        destroy_data(&env, &two).await;
         env.start_operator();
         let c = env
             .wait_for("three", "Stalled with the command to run", |c| {
@@ -408,7 +421,7 @@ fn permanent_quorum_loss_is_recovered_from_a_survivor_and_never_while_a_quorum_a
         .await;
         let names = env.member_names("gone").await;
         env.kill_operator().await;
-        destroy(&env, &names).await;
+        destroy_data(&env, &names).await;
         env.start_operator();
         let c = env
             .wait_for("gone", "restored from the snapshot", |c| {

@@ -374,13 +374,7 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 )))?;
             Ok(())
         }
-        Step::ForceNewCluster {
-            name,
-            mode,
-            applied,
-            revision,
-            lost,
-        } => {
+        Step::ForceNewCluster { name, mode, .. } => {
             // The cache may not show a flag set a moment ago (the Pod of
             // that member then no longer answers, and another survivor
             // looks best): two forced members would be two clusters under
@@ -410,30 +404,16 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 .map_err(kube(format!(
                     "setting forceNewCluster on EtcdMember {name}"
                 )))?;
-            let record = written.status.last_recovery.as_ref();
-            ctx.publish_event(
-                cluster.as_ref(),
-                KubeEventType::Warning,
-                "RecoveringFromQuorumLoss",
-                &format!(
-                    "quorum lost for good (the data of {} is gone); {mode:?} recovery from member {name}: applied index {applied}, revision {}, revisions lost {}; it restarts alone with --force-new-cluster, then fresh members join",
-                    lost.join(", "),
-                    revision.map_or("unknown".into(), |r| r.to_string()),
-                    record
-                        .and_then(|r| r.lost_revisions)
-                        .map_or("unknown".into(), |r| r.to_string()),
-                ),
+            publish_recovery(
+                written,
+                ctx,
+                "it restarts alone with --force-new-cluster, then fresh members join",
                 "ForceNewCluster",
             )
             .await;
             Ok(())
         }
-        Step::RestoreFromSnapshot {
-            snapshot,
-            revision,
-            mode,
-            lost,
-        } => {
+        Step::RestoreFromSnapshot { snapshot, mode, .. } => {
             // The status written before this step unlatched the cluster ID
             // and recorded the snapshot: from here the seed to be created
             // restores it. Every member goes; none has data to keep.
@@ -456,19 +436,10 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                         .map_err(kube(format!("deleting abandoned EtcdMember {name}")))?;
                 }
             }
-            let record = written.status.last_recovery.as_ref();
-            ctx.publish_event(
-                cluster.as_ref(),
-                KubeEventType::Warning,
-                "RecoveringFromQuorumLoss",
-                &format!(
-                    "quorum lost for good and no voter's data survives (the data of {} is gone); {mode:?} recovery from EtcdSnapshot {snapshot}: revision {}, revisions lost {}; a new seed restores it, then fresh members join (a new cluster ID)",
-                    lost.join(", "),
-                    revision.map_or("unknown".into(), |r| r.to_string()),
-                    record
-                        .and_then(|r| r.lost_revisions)
-                        .map_or("unknown".into(), |r| r.to_string()),
-                ),
+            publish_recovery(
+                written,
+                ctx,
+                "a new seed restores it, then fresh members join (a new cluster ID)",
                 "RestoreSnapshot",
             )
             .await;
@@ -506,6 +477,34 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
             Ok(())
         }
     }
+}
+
+/// The Warning Event of a recovery that starts, told from the record the
+/// status written before it carries.
+async fn publish_recovery(written: &StatusWritten, ctx: &Context, then: &str, action: &str) {
+    let Some(r) = written.status.last_recovery.as_ref() else {
+        return;
+    };
+    let known = |v: Option<i64>| v.map_or("unknown".to_owned(), |v| v.to_string());
+    let from = match (&r.from_member, &r.from_snapshot) {
+        (Some(m), _) => format!("member {m} (applied index {})", r.raft_applied_index),
+        (None, Some(s)) => format!("EtcdSnapshot {s}, no voter's data surviving"),
+        (None, None) => return,
+    };
+    ctx.publish_event(
+        written.evaluated.observed.cluster.as_ref(),
+        KubeEventType::Warning,
+        "RecoveringFromQuorumLoss",
+        &format!(
+            "quorum lost for good (the data of {} is gone); {:?} recovery from {from}: revision {}, revisions lost {}; {then}",
+            r.lost_members.join(", "),
+            r.mode,
+            known(r.revision),
+            known(r.lost_revisions),
+        ),
+        action,
+    )
+    .await;
 }
 
 /// Removes the recover-from annotation after a Manual recovery started: it

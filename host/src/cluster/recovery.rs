@@ -381,6 +381,22 @@ mod tests {
     }
 
     #[test]
+    fn on_a_tie_of_applied_indexes_the_lowest_name_is_proposed() {
+        let mut f = facts(
+            QuorumLossMode::Automatic,
+            vec![
+                voter("a", true, None),
+                voter("b", true, None),
+                voter("d", false, Some(50)),
+                voter("c", false, Some(50)),
+                voter("e", true, None),
+            ],
+        );
+        f.now_ms += 60_000;
+        assert!(matches!(run(&f), Some(Step::ForceNewCluster { ref name, .. }) if name == "c"));
+    }
+
+    #[test]
     fn members_that_only_do_not_answer_are_never_counted_lost() {
         let f = facts(
             QuorumLossMode::Automatic,

@@ -302,9 +302,9 @@ pub async fn write(
 ) -> Result<StatusWritten, Error> {
     let cluster = &evaluated.observed.cluster;
     let status = at_rest(status, cluster.status.as_ref(), ctx.config.verified_refresh);
-    // Quiet at rest: an unchanged status is not written again. The cache
-    // may lag this process's own last write; then the same status goes out
-    // twice, which the apiserver turns into a no-op.
+    // Quiet at rest: an unchanged status is not written again. `cluster`
+    // carries this process's last write even while the cache lags it
+    // ([`Context::with_written_status`]).
     if cluster.status.as_ref() != Some(&status) {
         let api: Api<EtcdCluster> =
             Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());

@@ -585,6 +585,32 @@ async fn install(plane: &ControlPlane) {
     .await;
 }
 
+/// Destroys members' data for good: deletes each member's PVC, then its
+/// Pod, and waits until both are gone (pvc-protection holds the claim until
+/// no Pod uses it).
+pub async fn destroy_data(env: &Env, members: &[String]) {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    for m in members {
+        pvcs.delete(&format!("data-{m}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    for m in members {
+        pods.delete(m, &Default::default()).await.unwrap();
+    }
+    let start = std::time::Instant::now();
+    for m in members {
+        while pods.get_opt(m).await.unwrap().is_some()
+            || pvcs.get_opt(&format!("data-{m}")).await.unwrap().is_some()
+        {
+            assert!(start.elapsed() < EVENTUALLY, "{m}'s Pod or PVC stayed");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// Runs the real kubectl against the control plane; returns stdout, panics
 /// with stderr on failure.
 pub async fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
