@@ -113,12 +113,15 @@ pub async fn run(
     let clusters = w.clusters.store().clone();
 
     // A snapshot's spec is immutable: it is reconciled when it appears (or
-    // the operator starts), then by its own requeues until it is Complete
-    // or Failed. Its status writes are no trigger.
+    // the operator starts), then by its own requeues and its Pods' changes
+    // until it is Complete or Failed. Its status writes are no trigger.
     let snapshot_ctl = Controller::for_shared_stream(
         w.snapshots.subscribe_when(generation),
         w.snapshots.store().clone(),
     )
+    // The Pods that save to a claim or restore a copy: their end wakes
+    // their snapshot.
+    .owns_shared_stream(w.pods.subscribe())
     // Each snapshot in flight holds up to three 8 MiB parts: bounded, so
     // a fleet's midnight schedules cannot exhaust the operator's memory.
     .with_config(kube::runtime::controller::Config::default().concurrency(SNAPSHOTS_AT_ONCE))

@@ -102,6 +102,99 @@ async fn create_snapshot(env: &Env, name: &str, cluster: &str, s3: serde_json::V
         .unwrap();
 }
 
+async fn create_claim(env: &Env, name: &str, size: &str, class: Option<&str>) {
+    let mut spec = serde_json::json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}},
+    });
+    if let Some(class) = class {
+        spec["storageClassName"] = class.into();
+    }
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
+            .unwrap();
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        env.client.clone(),
+        "default",
+    )
+    .create(&PostParams::default(), &claim)
+    .await
+    .unwrap();
+}
+
+async fn create_pvc_snapshot(env: &Env, name: &str, cluster: &str, claim: &str, restore: bool) {
+    let snap: EtcdSnapshot = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdSnapshot",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": {"name": cluster},
+            "destination": {"pvc": {"claimName": claim, "subPath": format!("etcd/{cluster}")}},
+            "verify": if restore { "Restore" } else { "ReadBack" },
+        },
+    }))
+    .unwrap();
+    snapshots(env)
+        .create(&PostParams::default(), &snap)
+        .await
+        .unwrap();
+}
+
+async fn create_verified_s3_snapshot(env: &Env, name: &str, cluster: &str, endpoint: &str) {
+    let snap: EtcdSnapshot = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdSnapshot",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": {"name": cluster},
+            "destination": {"s3": {"endpoint": endpoint, "bucket": BUCKET, "key": "verified",
+                "credentialsSecretRef": {"name": "s3-creds"}, "forcePathStyle": true}},
+            "verify": "Restore",
+        },
+    }))
+    .unwrap();
+    snapshots(env)
+        .create(&PostParams::default(), &snap)
+        .await
+        .unwrap();
+}
+
+/// Waits until none of the named Pods exists.
+async fn wait_no_pods(env: &Env, names: &[&str]) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), "default");
+    let start = std::time::Instant::now();
+    loop {
+        let mut left = Vec::new();
+        for name in names {
+            if pods.get_opt(name).await.unwrap().is_some() {
+                left.push(*name);
+            }
+        }
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "Pods {left:?} were never deleted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+/// Every file under `dir`.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 fn phase(s: &EtcdSnapshot) -> Option<String> {
     let p = s.status.as_ref()?.phase?;
     Some(format!("{p:?}"))
@@ -504,6 +597,127 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             .delete("tampered", &Default::default())
             .await
             .unwrap();
+
+        // 1c. To a PVC, verified by a restore: a Pod of the operator's
+        // image writes and reads back the file, a second restores it with
+        // etcdutl and serves it, and the operator compares its revision
+        // and keyspace hash with the source's before calling it Verified.
+        create_claim(&env, "backups", "1Gi", None).await;
+        create_pvc_snapshot(&env, "bk-pvc", "bk", "backups", true).await;
+        let s = wait_terminal(&env, "bk-pvc").await;
+        let pvc_status = s.status.clone().unwrap();
+        assert_eq!(phase(&s).as_deref(), Some("Complete"), "{pvc_status:#?}");
+        let (verified, how, message) = snap_condition(&s, "Verified").unwrap();
+        assert_eq!(
+            (verified.as_str(), how.as_str()),
+            ("True", "Restored"),
+            "{message}"
+        );
+        assert!(message.contains("keyspace hash"), "{message}");
+        let hash = pvc_status
+            .keyspace_hash
+            .expect("the source's HashKV is recorded");
+        assert_eq!(Some(hash.revision), pvc_status.revision);
+        assert_eq!(kstatus_of(&env, &s), "Current");
+        let pvc_artifact = pvc_status.artifact.clone().unwrap();
+        assert_eq!(pvc_artifact.uri, "pvc://backups/etcd/bk/bk-pvc.db");
+        // What the status says is what the claim holds, and nothing else.
+        let dirs = env.plane.kubelet().claim_dirs("default", "backups");
+        assert_eq!(dirs.len(), 1, "{dirs:?}");
+        let on_claim = std::fs::read(dirs[0].join("etcd/bk/bk-pvc.db")).unwrap();
+        assert_eq!(on_claim.len() as i64, pvc_artifact.size_bytes);
+        assert_eq!(
+            pvc_artifact.checksum,
+            format!("sha256:{}", hex::encode(Sha256::digest(&on_claim)))
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dirs[0].join("etcd/bk"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "no partial file is left: {leftovers:?}");
+        let file = dir.path().join("bk-pvc.db");
+        std::fs::write(&file, &on_claim).unwrap();
+        assert_eq!(restore_and_read(&env, &file).await.len(), KEYS);
+        // The save and verify Pods are gone once read.
+        wait_no_pods(&env, &["bk-pvc-save", "bk-pvc-verify"]).await;
+
+        // The same verification on S3.
+        create_verified_s3_snapshot(&env, "bk-s3-restored", "bk", &s3.endpoint()).await;
+        let s = wait_terminal(&env, "bk-s3-restored").await;
+        let (verified, how, message) = snap_condition(&s, "Verified").unwrap();
+        assert_eq!(
+            (phase(&s).as_deref(), verified.as_str(), how.as_str()),
+            (Some("Complete"), "True", "Restored"),
+            "{message}"
+        );
+
+        // A new cluster restored from the snapshot on the claim: the seed's
+        // Pod copies it from the claim (read-only) and checks its sha256.
+        restore_cluster(
+            &env,
+            "from-pvc",
+            serde_json::json!({"snapshotRef": {"name": "bk-pvc"}}),
+        )
+        .await;
+        env.wait_available("from-pvc", 3).await;
+        let from_pvc = env.endpoints("from-pvc").await;
+        let keys = env
+            .etcdctl(&from_pvc, &["get", "/app/", "--prefix", "--keys-only"])
+            .await;
+        assert_eq!(
+            keys.lines().filter(|l| !l.is_empty()).count(),
+            KEYS,
+            "{keys}"
+        );
+        env.clusters()
+            .delete("from-pvc", &Default::default())
+            .await
+            .unwrap();
+
+        // A full PVC: a claim with a real capacity, smaller than the
+        // snapshot. The attempt fails with VolumeFull, an Event says so,
+        // and no partial file is left behind.
+        let tiny = (pvc_artifact.size_bytes / 2).max(4096);
+        create_claim(
+            &env,
+            "tiny",
+            &tiny.to_string(),
+            Some(steward_testbed::kubelet::provisioner::CAPPED_STORAGE_CLASS),
+        )
+        .await;
+        create_pvc_snapshot(&env, "bk-full", "bk", "tiny", false).await;
+        let s = wait_snapshot(&env, "bk-full", "Ready=False/VolumeFull", |s| {
+            snap_condition(s, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "VolumeFull")
+        })
+        .await;
+        let (_, _, message) = snap_condition(&s, "Ready").unwrap();
+        assert!(
+            message.contains("No space left on device") || message.contains("storage full"),
+            "{message}"
+        );
+        let (verified, _, _) = snap_condition(&s, "Verified").unwrap();
+        assert_eq!(verified, "False");
+        assert!(s.status.as_ref().unwrap().artifact.is_none());
+        let events = snapshot_events(&env, "bk-full").await;
+        assert!(
+            events
+                .iter()
+                .any(|(t, r, _)| t == "Warning" && r == "VolumeFull"),
+            "{events:?}"
+        );
+        snapshots(&env)
+            .delete("bk-full", &Default::default())
+            .await
+            .unwrap();
+        wait_no_pods(&env, &["bk-full-save"]).await;
+        for dir in env.plane.kubelet().claim_dirs("default", "tiny") {
+            let mut files = Vec::new();
+            for e in walkdir(&dir) {
+                files.push(e);
+            }
+            assert!(files.is_empty(), "a failed save leaves nothing: {files:?}");
+        }
 
         // 2. Bad input, all at once: each gets its reason, an Event, and
         // Failed once the attempts are spent; nothing is overwritten.

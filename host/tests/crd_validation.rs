@@ -267,8 +267,16 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
             "spec.bootstrap.restore.source.s3 needs sha256",
         ),
         (
-            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"pvc": {"claimName": "backups"}}}}}),
-            "spec.bootstrap.restore.source.pvc is not implemented yet",
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"pvc": {"claimName": "backups", "subPath": "etcd/main.db"}}}}}),
+            "spec.bootstrap.restore.source.pvc needs sha256",
+        ),
+        (
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"pvc": {"claimName": "backups"}, "sha256": "ab".repeat(32)}}}}),
+            "spec.bootstrap.restore.source.pvc.subPath must be the snapshot file's path in the volume",
+        ),
+        (
+            json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"pvc": {"claimName": "backups", "subPath": "../other/main.db"}, "sha256": "ab".repeat(32)}}}}),
+            "pvc.subPath must be a relative path inside the volume, without '..'",
         ),
         (
             json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {}}}}),
@@ -563,8 +571,8 @@ async fn the_status_policy_rules_accept_and_reject_with_their_messages() {
 }
 
 /// EtcdSnapshot: the anchor's manifest applies with only its apiVersion
-/// changed; exactly one destination; the PVC destination is refused with a
-/// message until it exists; the spec never changes after create.
+/// changed, and so does its PVC destination; exactly one destination; a
+/// sub-path stays inside the volume; the spec never changes after create.
 #[tokio::test]
 async fn the_snapshot_rules_accept_and_reject_with_their_messages() {
     let crds = applied().await;
@@ -591,10 +599,24 @@ async fn the_snapshot_rules_accept_and_reject_with_their_messages() {
         .create(&pp, &snapshot("anchor", anchor.clone()))
         .await
         .unwrap();
+    crds.snapshots
+        .create(
+            &pp,
+            &snapshot(
+                "anchor-pvc",
+                json!({"pvc": {"claimName": "backups", "subPath": "etcd/main"}}),
+            ),
+        )
+        .await
+        .unwrap();
     for (destination, expected) in [
         (
-            json!({"pvc": {"claimName": "backups"}}),
-            "destination.pvc is not implemented yet",
+            json!({"pvc": {"claimName": "backups", "subPath": "/etc"}}),
+            "pvc.subPath must be a relative path inside the volume, without '..'",
+        ),
+        (
+            json!({"pvc": {"claimName": "backups", "subPath": "a/../../b"}}),
+            "pvc.subPath must be a relative path inside the volume, without '..'",
         ),
         (
             json!({}),
@@ -661,6 +683,13 @@ async fn the_schedule_rules_accept_and_reject_with_their_messages() {
             .await
             .unwrap();
     }
+    let mut to_claim = schedule("to-claim", "0 * * * *");
+    to_claim.data["spec"]["destination"] = json!({"pvc": {"claimName": "backups"}});
+    let message = rejected(crds.schedules.create(&pp, &to_claim).await);
+    assert!(
+        message.contains("spec.destination.pvc is not supported for schedules"),
+        "{message}"
+    );
     for cron in ["0 * *", "every hour", "0 0 * * * * * *"] {
         let message = rejected(
             crds.schedules

@@ -403,17 +403,19 @@ pub struct RestoreSpec {
 }
 
 /// A snapshot to restore: a Complete, verified EtcdSnapshot, or an S3
-/// object with its sha256 (`pvc`, the anchor's other source, is refused by
-/// CEL until snapshots to PVCs exist).
+/// object or a file on a PVC, with its sha256.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(
     validation = Rule::new("[has(self.snapshotRef), has(self.s3), has(self.pvc)].filter(x, x).size() == 1")
         .message("spec.bootstrap.restore.source needs exactly one of snapshotRef, s3 or pvc"),
-    validation = Rule::new("!has(self.pvc)").message(
-        "spec.bootstrap.restore.source.pvc is not implemented yet; restore from snapshotRef or s3"
-    ).reason(Reason::FieldValueForbidden),
     validation = Rule::new("!has(self.s3) || has(self.sha256)").message(
         "spec.bootstrap.restore.source.s3 needs sha256: the object's checksum, checked before anything starts"
+    ),
+    validation = Rule::new("!has(self.pvc) || has(self.sha256)").message(
+        "spec.bootstrap.restore.source.pvc needs sha256: the file's checksum, checked before etcd starts"
+    ),
+    validation = Rule::new("!has(self.pvc) || (has(self.pvc.subPath) && size(self.pvc.subPath) > 0)").message(
+        "spec.bootstrap.restore.source.pvc.subPath must be the snapshot file's path in the volume"
     ),
 )]
 #[serde(rename_all = "camelCase")]
@@ -426,12 +428,13 @@ pub struct RestoreSource {
     /// whole key (not a prefix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<super::S3Location>,
-    /// The sha256 of the `s3` object, `sha256:<hex>` or `<hex>` (an
+    /// The sha256 of the `s3` object or `pvc` file, `sha256:<hex>` or `<hex>` (an
     /// EtcdSnapshot's `artifact.checksum`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
-    /// Not implemented yet: refused by CEL.
+    /// A file on a PersistentVolumeClaim in the cluster's namespace:
+    /// `subPath` is the file's path in the volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc: Option<super::PvcLocation>,
 }

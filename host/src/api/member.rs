@@ -80,7 +80,11 @@ pub struct EtcdMemberSpec {
 #[serde(rename_all = "camelCase")]
 pub struct MemberRestore {
     /// The store, with `key` the object's whole key.
-    pub s3: super::S3Location,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<super::S3Location>,
+    /// Or a claim, with `subPath` the file's path in the volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<super::PvcLocation>,
     /// The object's sha256, hex.
     pub sha256: String,
 }

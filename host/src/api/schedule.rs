@@ -15,7 +15,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::SnapshotLocation;
+use super::snapshot::{SnapshotLocation, VerifyMode};
 
 /// Labels every EtcdSnapshot a schedule creates with the schedule's name.
 pub const LABEL_SCHEDULE: &str = "etcd.steward.dev/schedule";
@@ -69,8 +69,18 @@ pub struct EtcdBackupScheduleSpec {
     #[serde(default)]
     pub suspend: bool,
     /// Where each snapshot goes: as an EtcdSnapshot's. The object of a run
-    /// is `<key>/<schedule>-<UTC time of the run>.db`.
+    /// is `<key>/<schedule>-<UTC time of the run>.db`. S3 only: retention
+    /// deletes the objects a schedule wrote, which on a PVC would take a
+    /// Pod per deletion (not implemented; a PVC takes one-shot snapshots).
+    #[x_kube(
+        validation = Rule::new("!has(self.pvc)").message(
+            "spec.destination.pvc is not supported for schedules (retention deletes only S3 objects); use destination.s3, or one-shot EtcdSnapshots to a PVC"
+        ).reason(Reason::FieldValueForbidden),
+    )]
     pub destination: SnapshotLocation,
+    /// How each run is verified: as an EtcdSnapshot's `spec.verify`.
+    #[serde(default)]
+    pub verify: VerifyMode,
     #[serde(default)]
     pub retention: Retention,
     /// Failed snapshots (EtcdSnapshot objects, with their conditions) kept

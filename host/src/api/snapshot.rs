@@ -1,15 +1,14 @@
 //! `EtcdSnapshot`: one snapshot of an EtcdCluster, taken once, to an
-//! S3-compatible object store.
+//! S3-compatible object store or a PersistentVolumeClaim.
 //!
 //! The spec is field-compatible with the cozystack etcd-operator's
 //! `EtcdSnapshot` (`clusterRef`, `destination.s3{endpoint, bucket, key,
 //! credentialsSecretRef, region, forcePathStyle}`, `destination.pvc`), so
-//! its manifests apply with only the apiVersion changed. `destination.pvc`
-//! is typed but refused by CEL until it is implemented. The status carries
+//! its manifests apply with only the apiVersion changed. The status carries
 //! the anchor's `phase` and `artifact{uri, sizeBytes, checksum}` and its
 //! `Ready` condition, plus what a restore needs to trust the object: the
 //! revision and etcd version it was taken at, the member it came from, and
-//! how it was verified.
+//! how it was verified (`spec.verify`: read back, or also restored).
 
 use k8s_openapi::api::core::v1::LocalObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -75,6 +74,22 @@ pub struct EtcdSnapshotSpec {
     pub cluster_ref: LocalObjectReference,
     /// Where the snapshot is stored.
     pub destination: SnapshotLocation,
+    /// How the snapshot is verified before it is called Complete.
+    /// `ReadBack` (the default): the stored object is read back whole and
+    /// its size, sha256 and etcd's trailing sha256 checked. `Restore`: also
+    /// restored with `etcdutl snapshot restore` into a scratch directory
+    /// and served by etcd there; the restored member's revision, and its
+    /// keyspace hash at the snapshot's revision, must match the source's.
+    #[serde(default)]
+    pub verify: VerifyMode,
+}
+
+/// How a snapshot is verified (`spec.verify`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum VerifyMode {
+    #[default]
+    ReadBack,
+    Restore,
 }
 
 /// Where a snapshot is stored, or read from. Exactly one of `s3` or `pvc`.
@@ -82,9 +97,6 @@ pub struct EtcdSnapshotSpec {
 #[x_kube(
     validation = Rule::new("has(self.s3) != has(self.pvc)")
         .message("exactly one of destination.s3 or destination.pvc must be set"),
-    validation = Rule::new("!has(self.pvc)").message(
-        "destination.pvc is not implemented yet (planned: a Job writing to the claim); use destination.s3"
-    ).reason(Reason::FieldValueForbidden),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotLocation {
@@ -128,13 +140,20 @@ pub struct S3Location {
     pub ca_bundle: Option<String>,
 }
 
-/// A PersistentVolumeClaim. Not implemented yet: refused by CEL.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+/// A PersistentVolumeClaim in the snapshot's (or cluster's) namespace. As
+/// a destination, `subPath` is a directory in the volume and the file is
+/// `<subPath>/<snapshot name>.db`; as a restore source it is the file.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(
+    validation = Rule::new("!has(self.subPath) || (!self.subPath.startsWith('/') && !self.subPath.matches('(^|/)[.][.](/|$)'))")
+        .message("pvc.subPath must be a relative path inside the volume, without '..'"),
+)]
 #[serde(rename_all = "camelCase")]
 pub struct PvcLocation {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub claim_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub sub_path: Option<String>,
 }
 
@@ -164,6 +183,11 @@ pub struct EtcdSnapshotStatus {
     /// of the object gives the exact one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// The source member's keyspace hash (etcd's HashKV) at `revision`,
+    /// taken right after the stream: what `verify: Restore` compares the
+    /// restored copy's with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyspace_hash: Option<KeyspaceHash>,
     /// The etcd server version of the member it was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
@@ -175,6 +199,10 @@ pub struct EtcdSnapshotStatus {
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// When the next attempt may start, while the phase is Pending after a
+    /// failed one (the backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_time: Option<Time>,
     /// Attempts started so far; a failed attempt is retried with backoff
     /// until `--snapshot-attempts`, then the phase is Failed.
     #[serde(default)]
@@ -195,10 +223,21 @@ impl EtcdSnapshotStatus {
     }
 }
 
+/// etcd's HashKV of a member at a revision.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyspaceHash {
+    pub revision: i64,
+    pub hash: u32,
+    /// The member's compact revision then: hashes compare only between
+    /// copies compacted alike.
+    pub compact_revision: i64,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotArtifact {
-    /// `s3://<bucket>/<key>`.
+    /// `s3://<bucket>/<key>`, or `pvc://<claim>/<path in the volume>`.
     pub uri: String,
     pub size_bytes: i64,
     /// `sha256:<hex>` of the object as stored (the snapshot stream,

@@ -1,20 +1,32 @@
-//! `etcd-steward snapshot fetch|install`: the steps of a restored seed's
-//! init containers that need more than etcd's own tools
-//! ([`crate::restore::pod`]). Each is safe to run again.
+//! `etcd-steward snapshot save|fetch|install`: the steps of a snapshot's
+//! and a restored seed's Pods that need more than etcd's own tools
+//! ([`crate::snapshot::pod`], [`crate::restore::pod`]). Each is safe to
+//! run again.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
+use futures::stream::BoxStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::etcd::{ClientConfig, EtcdApi, EtcdClient};
+use crate::snapshot::pod::{Report, TERMINATION_LOG};
 use crate::snapshot::stream::IntegrityHasher;
+use crate::snapshot::{Problem, reason};
 
 #[derive(Debug, Subcommand)]
 pub enum SnapshotCommand {
-    /// Download a snapshot object from S3 to a file, checking its sha256
-    /// and etcd's own trailing sha256. Credentials come from
+    /// Stream a snapshot from an etcd member to a file: written as
+    /// <out>.part, fsynced, read back whole (size, sha256 and etcd's own
+    /// trailing sha256 checked), then renamed to <out>. The outcome, as
+    /// JSON, goes to --report (the Pod's termination message); a failure
+    /// leaves no file and exits 1.
+    Save(SaveArgs),
+    /// Copy a snapshot from S3 (or a file, --file) to --out, checking its
+    /// sha256 and etcd's own trailing sha256. Credentials come from
     /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a CA bundle (PEM) from
     /// ETCD_STEWARD_S3_CA_BUNDLE. Nothing is left at --out unless both
     /// checks pass.
@@ -26,18 +38,36 @@ pub enum SnapshotCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct FetchArgs {
+pub struct SaveArgs {
+    /// The member's client URL (the leader the operator verified).
     #[arg(long)]
     pub endpoint: String,
     #[arg(long)]
-    pub bucket: String,
+    pub out: PathBuf,
+    /// Where the JSON outcome is written.
+    #[arg(long, default_value = TERMINATION_LOG)]
+    pub report: PathBuf,
+    /// The deadline of each etcd RPC, and of each snapshot message.
+    #[arg(long, default_value_t = 30)]
+    pub deadline_seconds: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    #[arg(long, required_unless_present = "file", conflicts_with = "file")]
+    pub endpoint: Option<String>,
+    #[arg(long, requires = "endpoint")]
+    pub bucket: Option<String>,
     /// The object's whole key.
-    #[arg(long)]
-    pub key: String,
+    #[arg(long, requires = "endpoint")]
+    pub key: Option<String>,
     #[arg(long, default_value = "us-east-1")]
     pub region: String,
     #[arg(long)]
     pub force_path_style: bool,
+    /// A snapshot file (on a mounted claim) instead of an S3 object.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
     /// The object's sha256 (hex, or sha256:<hex>).
     #[arg(long)]
     pub sha256: String,
@@ -46,6 +76,9 @@ pub struct FetchArgs {
     /// A directory to remove first (a restore staged by an earlier try).
     #[arg(long)]
     pub clear: Option<PathBuf>,
+    /// Where a failure is reported as JSON (the Pod's termination message).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -60,16 +93,174 @@ pub struct InstallArgs {
 }
 
 pub fn run(command: SnapshotCommand) -> anyhow::Result<()> {
-    match command {
-        SnapshotCommand::Fetch(args) => tokio::runtime::Builder::new_current_thread()
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()?
-            .block_on(fetch(args)),
+            .build()
+    };
+    match command {
+        SnapshotCommand::Save(args) => runtime()?.block_on(save(args)),
+        SnapshotCommand::Fetch(args) => runtime()?.block_on(fetch(args)),
         SnapshotCommand::Install(args) => install(&args),
     }
 }
 
-async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
+async fn save(args: SaveArgs) -> anyhow::Result<()> {
+    let outcome = save_to_file(&args).await;
+    let report = match &outcome {
+        Ok(saved) => saved.clone(),
+        Err(p) => Report::Failed {
+            reason: p.reason.to_owned(),
+            message: p.message.clone(),
+        },
+    };
+    let json = serde_json::to_string(&report)?;
+    if let Err(e) = std::fs::write(&args.report, &json) {
+        eprintln!("writing the report to {}: {e}", args.report.display());
+    }
+    println!("{json}");
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(p) => bail!("{}: {}", p.reason, p.message),
+    }
+}
+
+/// A write that failed for want of space is `VolumeFull`, whatever step hit it.
+fn io_problem(what: &str, path: &Path, e: &std::io::Error) -> Problem {
+    const EDQUOT: i32 = 122;
+    let full = e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(EDQUOT);
+    Problem::retry(
+        if full {
+            reason::VOLUME_FULL
+        } else {
+            reason::WRITE_FAILED
+        },
+        format!("{what} {}: {e}", path.display()),
+    )
+}
+
+async fn save_to_file(args: &SaveArgs) -> Result<Report, Problem> {
+    let part = PathBuf::from(format!("{}.part", args.out.display()));
+    let result = stream_to(args, &part).await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&part);
+    }
+    result
+}
+
+async fn stream_to(args: &SaveArgs, part: &Path) -> Result<Report, Problem> {
+    let etcd = EtcdClient::new(ClientConfig {
+        deadline: Duration::from_secs(args.deadline_seconds),
+        ..Default::default()
+    });
+    let stream = etcd.snapshot(&args.endpoint).await.map_err(|e| {
+        Problem::retry(
+            reason::SNAPSHOT_STREAM_FAILED,
+            format!("opening the snapshot stream: {e}"),
+        )
+    })?;
+    if let Some(parent) = part.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_problem("creating", parent, &e))?;
+    }
+    let mut file = tokio::fs::File::create(part)
+        .await
+        .map_err(|e| io_problem("creating", part, &e))?;
+    let mut hasher = IntegrityHasher::default();
+    let mut chunks = stream.chunks;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            Problem::retry(reason::SNAPSHOT_STREAM_FAILED, format!("streaming: {e}"))
+        })?;
+        hasher.update(&chunk);
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| io_problem("writing", part, &e))?;
+    }
+    file.sync_all()
+        .await
+        .map_err(|e| io_problem("syncing", part, &e))?;
+    drop(file);
+    let written = hasher.finish()?;
+
+    // Read back what the volume holds, not what was sent.
+    let mut back = IntegrityHasher::default();
+    let mut file = tokio::fs::File::open(part)
+        .await
+        .map_err(|e| io_problem("reading back", part, &e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .await
+            .map_err(|e| io_problem("reading back", part, &e))?;
+        if n == 0 {
+            break;
+        }
+        back.update(&buf[..n]);
+    }
+    let read = back.finish()?;
+    if read != written {
+        return Err(Problem::retry(
+            reason::VERIFICATION_FAILED,
+            format!(
+                "read back {} bytes with sha256 {}, but wrote {} bytes with sha256 {}",
+                read.size, read.sha256, written.size, written.sha256
+            ),
+        ));
+    }
+    std::fs::rename(part, &args.out).map_err(|e| io_problem("renaming", part, &e))?;
+    // The rename is durable only once its directory is synced; a file
+    // whose name may not survive a crash is not reported as saved.
+    if let Some(dir) = args.out.parent()
+        && let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all())
+    {
+        let _ = std::fs::remove_file(&args.out);
+        return Err(io_problem("syncing the directory of", &args.out, &e));
+    }
+    // Best effort: a compaction since the stream opened makes it
+    // unanswerable, and `verify: Restore` then compares revisions only.
+    let keyspace_hash = etcd
+        .hash_kv(&args.endpoint, stream.revision)
+        .await
+        .ok()
+        .map(|h| crate::api::KeyspaceHash {
+            revision: h.revision,
+            hash: h.hash,
+            compact_revision: h.compact_revision,
+        });
+    Ok(Report::Saved {
+        size_bytes: written.size,
+        sha256: written.sha256,
+        revision: stream.revision,
+        keyspace_hash,
+    })
+}
+
+async fn open_source(
+    args: &FetchArgs,
+) -> anyhow::Result<(String, BoxStream<'static, Result<bytes::Bytes, Problem>>)> {
+    if let Some(path) = &args.file {
+        let file = tokio::fs::File::open(path)
+            .await
+            .with_context(|| format!("{}: opening {}", reason::OBJECT_NOT_FOUND, path.display()))?;
+        let shown = path.display().to_string();
+        let chunks = futures::stream::try_unfold(file, move |mut file| {
+            let shown = shown.clone();
+            async move {
+                let mut buf = vec![0u8; 1 << 20];
+                let n = file.read(&mut buf).await.map_err(|e| {
+                    Problem::retry(reason::WRITE_FAILED, format!("reading {shown}: {e}"))
+                })?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                buf.truncate(n);
+                Ok(Some((bytes::Bytes::from(buf), file)))
+            }
+        })
+        .boxed();
+        return Ok((path.display().to_string(), chunks));
+    }
     let env = |name: &str| {
         // Trimmed as the operator trims the Secret's values: a key written
         // with a trailing newline works the same in both.
@@ -79,10 +270,17 @@ async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
             .filter(|v| !v.is_empty())
             .with_context(|| format!("{name} is not set"))
     };
+    let key = args
+        .key
+        .clone()
+        .context("--key is required with --endpoint")?;
     let location = crate::api::S3Location {
-        endpoint: args.endpoint.clone(),
-        bucket: args.bucket.clone(),
-        key: Some(args.key.clone()),
+        endpoint: args.endpoint.clone().unwrap_or_default(),
+        bucket: args
+            .bucket
+            .clone()
+            .context("--bucket is required with --endpoint")?,
+        key: Some(key.clone()),
         credentials_secret_ref: Default::default(),
         region: Some(args.region.clone()),
         force_path_style: args.force_path_style,
@@ -94,9 +292,31 @@ async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
         env(crate::api::ACCESS_KEY_ID_KEY)?,
         env(crate::api::SECRET_ACCESS_KEY_KEY)?,
     );
-    let object =
-        crate::snapshot::store::Destination::object(&location, args.key.clone(), &credentials)
-            .map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))?;
+    let object = crate::snapshot::store::Destination::object(&location, key, &credentials)
+        .map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))?;
+    let stream = object
+        .open()
+        .await
+        .map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))?;
+    Ok((object.uri.clone(), stream))
+}
+
+async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
+    let outcome = fetch_to_file(&args).await;
+    if let (Err(e), Some(path)) = (&outcome, &args.report) {
+        // Each failure of this step names its reason first.
+        let text = format!("{e:#}");
+        let (named, message) = text.split_once(": ").unwrap_or(("", &text));
+        let report = Report::Failed {
+            reason: reason::known(named).to_owned(),
+            message: message.to_owned(),
+        };
+        let _ = std::fs::write(path, serde_json::to_string(&report)?);
+    }
+    outcome
+}
+
+async fn fetch_to_file(args: &FetchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.clear {
         remove(dir)?;
     }
@@ -104,14 +324,11 @@ async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
+    let (uri, mut stream) = open_source(args).await?;
     let part = args.out.with_extension("part");
     let mut file = tokio::fs::File::create(&part)
         .await
         .with_context(|| format!("creating {}", part.display()))?;
-    let mut stream = object
-        .open()
-        .await
-        .map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))?;
     let mut hasher = IntegrityHasher::default();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))?;
@@ -127,18 +344,18 @@ async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
         .to_ascii_lowercase();
     let checked = match hasher.into_parts() {
         (w, _) if w.sha256 != want => Err(format!(
-            "{} has sha256 {}, not {want}: not restoring it",
-            object.uri, w.sha256
+            "{}: {uri} has sha256 {}, not {want}: not restoring it",
+            reason::CHECKSUM_MISMATCH,
+            w.sha256
         )),
-        (_, Err(p)) => Err(format!("{}: {}", object.uri, p.message)),
+        (_, Err(p)) => Err(format!("{}: {uri}: {}", p.reason, p.message)),
         (w, Ok(())) => Ok(w),
     };
     match checked {
         Ok(w) => {
             std::fs::rename(&part, &args.out)?;
             println!(
-                "fetched {} ({} bytes, sha256 {}) to {}",
-                object.uri,
+                "fetched {uri} ({} bytes, sha256 {}) to {}",
                 w.size,
                 w.sha256,
                 args.out.display()

@@ -26,11 +26,12 @@ pub enum Rpc {
     Defragment,
     AlarmDisarm,
     Snapshot,
+    HashKv,
     // Auth calls (AuthEnable, UserAdd, RoleAdd, ...) go here when they exist.
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 10] = [
+    pub const ALL: [Rpc; 11] = [
         Rpc::Status,
         Rpc::MemberList,
         Rpc::QuorumRead,
@@ -41,6 +42,7 @@ impl Rpc {
         Rpc::Defragment,
         Rpc::AlarmDisarm,
         Rpc::Snapshot,
+        Rpc::HashKv,
     ];
 
     /// The etcd API name, as operators know it from etcdctl and etcd's logs.
@@ -56,6 +58,7 @@ impl Rpc {
             Rpc::Defragment => "Defragment",
             Rpc::AlarmDisarm => "AlarmDisarm",
             Rpc::Snapshot => "Snapshot",
+            Rpc::HashKv => "HashKV",
         }
     }
 
@@ -207,6 +210,17 @@ pub struct AddedMember {
 }
 
 /// An open Maintenance.Snapshot stream.
+/// etcd's HashKV answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvHash {
+    /// The revision hashed up to.
+    pub revision: i64,
+    pub hash: u32,
+    /// The member's compact revision: hashes compare only between copies
+    /// compacted alike.
+    pub compact_revision: i64,
+}
+
 pub struct SnapshotStream {
     /// The member's revision just before the stream opened (etcd's
     /// snapshot messages carry none): the snapshot holds at least this
@@ -289,6 +303,10 @@ pub trait EtcdApi: Send + Sync {
     /// database takes minutes), only each message is.
     async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError>;
 
+    /// The keyspace hash of the member at `endpoint` at `revision` (etcd's
+    /// HashKV, the one its own corruption check compares across members).
+    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError>;
+
     // Auth calls (enable auth, users, roles) belong here, each with its
     // own `Rpc` variant, when auth support lands.
 }
@@ -351,6 +369,10 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
 
     async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError> {
         (**self).snapshot(endpoint).await
+    }
+
+    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError> {
+        (**self).hash_kv(endpoint, revision).await
     }
 }
 

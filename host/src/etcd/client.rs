@@ -21,7 +21,7 @@ use futures::StreamExt;
 use steward_policy_sdk::{AlarmKind, EtcdMember, ProbeErrorKind};
 use tonic::transport::Endpoint;
 
-use super::api::{AddedMember, EtcdApi, Rpc, RpcError, SnapshotStream, StatusInfo};
+use super::api::{AddedMember, EtcdApi, KvHash, Rpc, RpcError, SnapshotStream, StatusInfo};
 use super::classify::{classify, redact};
 
 /// The probe deadline the operator uses unless configured otherwise.
@@ -357,6 +357,24 @@ impl EtcdApi for EtcdClient {
             })
             .await?;
         Ok(members(resp.members()))
+    }
+
+    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError> {
+        let resp = self
+            .call(Rpc::HashKv, endpoint, |mut c| async move {
+                c.hash_kv(revision).await
+            })
+            .await?;
+        Ok(KvHash {
+            // 0 asks for the member's current revision, which the header has.
+            revision: if revision > 0 {
+                revision
+            } else {
+                resp.header().map_or(0, |h| h.revision())
+            },
+            hash: resp.hash(),
+            compact_revision: resp.compact_version(),
+        })
     }
 
     async fn quorum_read(&self, endpoint: &str) -> Result<(), RpcError> {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use steward_policy_sdk::{EtcdMember, ProbeErrorKind};
 
-use super::api::{AddedMember, EtcdApi, Rpc, RpcError, SnapshotStream, StatusInfo};
+use super::api::{AddedMember, EtcdApi, KvHash, Rpc, RpcError, SnapshotStream, StatusInfo};
 
 /// How an injected fault fails the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,6 +328,12 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
     async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream, RpcError> {
         let eps = [endpoint.to_owned()];
         self.run(Rpc::Snapshot, &eps, self.inner.snapshot(endpoint))
+            .await
+    }
+
+    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError> {
+        let eps = [endpoint.to_owned()];
+        self.run(Rpc::HashKv, &eps, self.inner.hash_kv(endpoint, revision))
             .await
     }
 

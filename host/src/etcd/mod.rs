@@ -11,7 +11,7 @@ mod classify;
 mod client;
 mod faults;
 
-pub use api::{AddedMember, EtcdApi, Rpc, RpcError, SnapshotStream, StatusInfo};
+pub use api::{AddedMember, EtcdApi, KvHash, Rpc, RpcError, SnapshotStream, StatusInfo};
 pub use classify::redact;
 pub use client::{ClientConfig, DEFAULT_DEADLINE, EtcdClient, alarms_for};
 pub use faults::{Failure, Fault, Faults, FaultyEtcd, SuccessHook, Times};

@@ -1,12 +1,17 @@
 //! Restoring a new cluster from a snapshot (`spec.bootstrap.restore`).
 //!
 //! Guarantees:
-//! - Nothing starts from an object the operator has not read whole first:
-//!   before the seed EtcdMember is created, [`resolve`] reads the object,
-//!   and its sha256 must be the one it was named with (an EtcdSnapshot's
-//!   checksum, or `source.sha256`) and etcd's own trailing sha256 must match
-//!   its bytes. A mismatch is `Stalled=True`/`RestoreChecksumMismatch`, and
-//!   no member is created.
+//! - Nothing starts from an S3 object the operator has not read whole
+//!   first: before the seed EtcdMember is created, [`resolve`] reads the
+//!   object, and its sha256 must be the one it was named with (an
+//!   EtcdSnapshot's checksum, or `source.sha256`) and etcd's own trailing
+//!   sha256 must match its bytes. A mismatch is
+//!   `Stalled=True`/`RestoreChecksumMismatch`, and no member is created.
+//! - A file on a claim can only be read by a Pod that mounts it: the
+//!   seed's `fetch-snapshot` step makes the same two checks before
+//!   etcdutl or etcd run, and a mismatch stops the seed's Pod in that
+//!   init container (its termination message names
+//!   `RestoreChecksumMismatch`); etcd never starts from it.
 //! - The seed's Pod checks the sha256 again as it downloads
 //!   ([`crate::cli::snapshot`]), so an object swapped in between is caught.
 //! - Only the seed restores (`etcdutl snapshot restore` with the seed alone
@@ -81,18 +86,37 @@ pub fn locate(source: &RestoreSource, ns: &str, ctx: &Context) -> Result<MemberR
         let verified = status
             .condition("Verified")
             .is_some_and(|c| c.status == "True");
-        let (Some(SnapshotPhase::Complete), true, Some(artifact), Some(s3)) = (
-            status.phase,
-            verified,
-            status.artifact.as_ref(),
-            snap.spec.destination.s3.as_ref(),
-        ) else {
+        let (Some(SnapshotPhase::Complete), true, Some(artifact)) =
+            (status.phase, verified, status.artifact.as_ref())
+        else {
             return Err(Problem::retry(
                 reason::NOT_VERIFIED_SOURCE,
                 format!(
                     "EtcdSnapshot {ns}/{} is not Complete and Verified (phase {:?}); only a verified snapshot is restored",
                     r.name, status.phase
                 ),
+            ));
+        };
+        if snap.spec.destination.pvc.is_some() {
+            let pvc = crate::snapshot::pod::parse_pvc_uri(&artifact.uri).ok_or_else(|| {
+                Problem::fatal(
+                    reason::INVALID_SPEC,
+                    format!(
+                        "EtcdSnapshot {ns}/{}: artifact {} is no pvc:// URI",
+                        r.name, artifact.uri
+                    ),
+                )
+            })?;
+            return Ok(MemberRestore {
+                s3: None,
+                pvc: Some(pvc),
+                sha256: hex_of(&artifact.checksum),
+            });
+        }
+        let Some(s3) = snap.spec.destination.s3.as_ref() else {
+            return Err(Problem::fatal(
+                reason::INVALID_SPEC,
+                "the EtcdSnapshot has no destination",
             ));
         };
         let key = artifact
@@ -108,23 +132,32 @@ pub fn locate(source: &RestoreSource, ns: &str, ctx: &Context) -> Result<MemberR
                 )
             })?;
         return Ok(MemberRestore {
-            s3: crate::api::S3Location {
+            s3: Some(crate::api::S3Location {
                 key: Some(key.to_owned()),
                 ..s3.clone()
-            },
+            }),
+            pvc: None,
             sha256: hex_of(&artifact.checksum),
         });
     }
-    match (&source.s3, &source.sha256) {
-        (Some(s3), Some(sha)) if s3.key.as_deref().is_some_and(|k| !k.is_empty()) => {
+    match (&source.s3, &source.pvc, &source.sha256) {
+        (Some(s3), _, Some(sha)) if s3.key.as_deref().is_some_and(|k| !k.is_empty()) => {
             Ok(MemberRestore {
-                s3: s3.clone(),
+                s3: Some(s3.clone()),
+                pvc: None,
+                sha256: hex_of(sha),
+            })
+        }
+        (None, Some(pvc), Some(sha)) if pvc.sub_path.as_deref().is_some_and(|p| !p.is_empty()) => {
+            Ok(MemberRestore {
+                s3: None,
+                pvc: Some(pvc.clone()),
                 sha256: hex_of(sha),
             })
         }
         _ => Err(Problem::fatal(
             reason::INVALID_SPEC,
-            "spec.bootstrap.restore.source needs snapshotRef, or s3 with the object's key and sha256",
+            "spec.bootstrap.restore.source needs snapshotRef, or s3 with the object's key (or pvc with the file's subPath) and sha256",
         )),
     }
 }
@@ -188,9 +221,14 @@ pub async fn resolve(
     }
     let outcome = async {
         let restore = locate(&source, &ns, ctx)?;
-        let credentials = crate::snapshot::credentials(ctx, &ns, &restore.s3).await?;
-        let key = restore.s3.key.clone().unwrap_or_default();
-        let object = Destination::object(&restore.s3, key, &credentials)?;
+        // A claim is read by the seed's own Pod, which checks the sha256
+        // before etcdutl or etcd run (see the module doc).
+        let Some(s3) = &restore.s3 else {
+            return Ok(restore);
+        };
+        let credentials = crate::snapshot::credentials(ctx, &ns, s3).await?;
+        let key = s3.key.clone().unwrap_or_default();
+        let object = Destination::object(s3, key, &credentials)?;
         let size = object.verify(&restore.sha256).await?;
         fits(cluster, size)?;
         Ok(restore)

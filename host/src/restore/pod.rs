@@ -1,9 +1,10 @@
 //! The init containers of a restored seed's Pod.
 //!
 //! 1. `fetch-snapshot` (the operator's image, `etcd-steward snapshot
-//!    fetch`): downloads the object to `restore/snapshot.db` on the data
-//!    volume, checking its sha256 and etcd's trailing sha256, and clears
-//!    any earlier staging directory.
+//!    fetch`): downloads the object (or copies the file from the backup
+//!    claim, mounted read-only for this step alone) to
+//!    `restore/snapshot.db` on the data volume, checking its sha256 and
+//!    etcd's trailing sha256, and clears any earlier staging directory.
 //! 2. `restore-snapshot` (the member's own etcd image, `etcdutl snapshot
 //!    restore`): restores it into the staging directory `restore/data`,
 //!    with the seed alone in its initial cluster: new cluster and member
@@ -20,11 +21,12 @@
 //! replaces data a member already has.
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, Pod, SecretKeySelector, SecurityContext,
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, SecurityContext, Volume, VolumeMount,
 };
 
-use crate::api::{ACCESS_KEY_ID_KEY, EtcdCluster, EtcdMember, SECRET_ACCESS_KEY_KEY};
+use crate::api::{EtcdCluster, EtcdMember};
 use crate::resources::{DATA_DIR, member_peer_url};
+use crate::snapshot::pod::{BACKUP_MOUNT, Stored, fetch_step, reporting};
 
 /// Where the snapshot and the staged restore live, on the data volume.
 pub const RESTORE_DIR: &str = "/var/lib/etcd/restore";
@@ -61,39 +63,34 @@ pub fn add_init_containers(
     let mounts = etcd.volume_mounts.clone();
     let snapshot = format!("{RESTORE_DIR}/snapshot.db");
     let staging = format!("{RESTORE_DIR}/data");
-    let s3 = &restore.s3;
-
-    let mut fetch_args = vec![
-        "snapshot".to_owned(),
-        "fetch".to_owned(),
-        format!("--endpoint={}", s3.endpoint),
-        format!("--bucket={}", s3.bucket),
-        format!("--key={}", s3.key.clone().unwrap_or_default()),
-        format!("--region={}", s3.region.as_deref().unwrap_or("us-east-1")),
-        format!("--sha256={}", restore.sha256),
-        format!("--out={snapshot}"),
-        format!("--clear={staging}"),
-    ];
-    if s3.force_path_style {
-        fetch_args.push("--force-path-style".to_owned());
-    }
-    let secret = |key: &str| EnvVar {
-        name: key.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: s3.credentials_secret_ref.name.clone(),
-                key: key.to_owned(),
-                optional: Some(false),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+    let stored = match (&restore.s3, &restore.pvc) {
+        (Some(s3), _) => Stored::S3 {
+            location: s3,
+            key: s3.key.clone().unwrap_or_default(),
+        },
+        (None, Some(pvc)) => Stored::Pvc {
+            claim: &pvc.claim_name,
+            file: pvc.sub_path.clone().unwrap_or_default(),
+        },
+        (None, None) => return,
     };
-    let mut env = vec![secret(ACCESS_KEY_ID_KEY), secret(SECRET_ACCESS_KEY_KEY)];
-    if let Some(ca) = &s3.ca_bundle {
-        env.push(EnvVar {
-            name: CA_BUNDLE_ENV.to_owned(),
-            value: Some(ca.clone()),
+    let (mut fetch_args, env, claim) = fetch_step(&stored, &restore.sha256, &snapshot);
+    fetch_args.push(format!("--clear={staging}"));
+    let mut fetch_mounts = mounts.clone().unwrap_or_default();
+    if let Some(claim) = &claim {
+        // Read-only, and only for this step: the claim is the backup.
+        fetch_mounts.push(VolumeMount {
+            name: "backup".to_owned(),
+            mount_path: BACKUP_MOUNT.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        spec.volumes.get_or_insert_default().push(Volume {
+            name: "backup".to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.claim_name.clone(),
+                read_only: Some(true),
+            }),
             ..Default::default()
         });
     }
@@ -135,8 +132,10 @@ pub fn add_init_containers(
         volume_mounts: mounts.clone(),
         ..Default::default()
     };
+    let mut fetch = reporting(operator("fetch-snapshot", fetch_args, env));
+    fetch.volume_mounts = Some(fetch_mounts);
     spec.init_containers = Some(vec![
-        operator("fetch-snapshot", fetch_args, env),
+        fetch,
         restore_container,
         operator(
             "install-snapshot",
@@ -155,12 +154,13 @@ pub fn add_init_containers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::MemberRestore;
+    use crate::api::{ACCESS_KEY_ID_KEY, MemberRestore, SECRET_ACCESS_KEY_KEY};
     use crate::resources::fixtures;
 
     fn restoring_seed() -> EtcdMember {
         let mut seed = fixtures::member("main-0", true);
         seed.spec.restore = Some(MemberRestore {
+            pvc: None,
             s3: serde_json::from_value(serde_json::json!({
                 "endpoint": "https://s3.example.com", "bucket": "bkt", "key": "prod/main/nightly.db",
                 "credentialsSecretRef": {"name": "s3-creds"}, "forcePathStyle": true,
@@ -239,6 +239,61 @@ mod tests {
             let sc = c.security_context.as_ref().unwrap();
             assert_eq!(sc.run_as_user, Some(0), "{} writes root's volume", c.name);
         }
+    }
+
+    #[test]
+    fn a_seed_restoring_from_a_claim_mounts_it_read_only_for_the_fetch_alone() {
+        let cluster = fixtures::cluster(fixtures::spec());
+        let mut seed = fixtures::member("main-0", true);
+        seed.spec.restore = Some(MemberRestore {
+            s3: None,
+            pvc: Some(crate::api::PvcLocation {
+                claim_name: "backups".into(),
+                sub_path: Some("etcd/nightly.db".into()),
+            }),
+            sha256: "cd".repeat(32),
+        });
+        let mut pod = crate::resources::member_pod(&cluster, &seed, "quay.io/coreos/etcd").unwrap();
+        add_init_containers(&mut pod, &cluster, &seed, "etcd-steward:0.1.0");
+        let spec = pod.spec.unwrap();
+        let init = spec.init_containers.unwrap();
+        let fetch = &init[0];
+        let args = fetch.args.clone().unwrap();
+        assert!(
+            args.contains(&format!("--file={BACKUP_MOUNT}/etcd/nightly.db")),
+            "{args:?}"
+        );
+        assert!(
+            !args.iter().any(|a| a.starts_with("--endpoint")),
+            "{args:?}"
+        );
+        assert!(fetch.env.is_none(), "no S3 credentials for a claim");
+        let backup = fetch
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == "backup")
+            .unwrap();
+        assert_eq!(backup.read_only, Some(true));
+        for c in init.iter().skip(1).chain(&spec.containers) {
+            assert!(
+                !c.volume_mounts.iter().flatten().any(|m| m.name == "backup"),
+                "{} must not see the backup claim",
+                c.name
+            );
+        }
+        let volume = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "backup")
+            .unwrap();
+        let claim = volume.persistent_volume_claim.unwrap();
+        assert_eq!(
+            (claim.claim_name.as_str(), claim.read_only),
+            ("backups", Some(true))
+        );
     }
 
     #[test]

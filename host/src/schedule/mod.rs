@@ -547,6 +547,7 @@ pub fn scheduled_snapshot(
         crate::api::EtcdSnapshotSpec {
             cluster_ref: s.spec.cluster_ref.clone(),
             destination: s.spec.destination.clone(),
+            verify: s.spec.verify,
         },
     );
     snap.metadata.namespace = s.namespace();

@@ -1,5 +1,6 @@
-//! The EtcdSnapshot controller: one snapshot of a cluster, streamed by the
-//! operator itself from a member in quorum to S3, then read back.
+//! The EtcdSnapshot controller: one snapshot of a cluster, taken from a
+//! member in quorum, stored, read back, and (with `verify: Restore`)
+//! restored once before it is called Complete.
 //!
 //! The same order as the other reconciles:
 //!
@@ -18,13 +19,22 @@
 //!   (`Stalled=True`, which kstatus reads as Failed).
 //! - `Complete` means read back: the object's size and sha256 matched what
 //!   was streamed, and etcd's own trailing sha256 matched the stream
-//!   ([`stream`]). Until then `Verified` is False.
+//!   ([`stream`]). With `verify: Restore` it also means that a copy
+//!   restored by `etcdutl snapshot restore` answered the operator with the
+//!   snapshot's revision and keyspace hash ([`pod`]). Until then
+//!   `Verified` is False; a snapshot that fails verification is `Failed`
+//!   and never offered for restore.
 //!
-//! Why the operator streams it rather than a Job: the quorum check and the
+//! Who streams: to S3, the operator itself. The quorum check and the
 //! stream use the same etcd client and the same verified facts at the same
 //! moment; no image, scheduling or Pod has to work for a backup to be
-//! taken; and memory stays bounded ([`store::PARTS_IN_FLIGHT`] parts).
+//! taken; and memory stays bounded ([`store::PARTS_IN_FLIGHT`] parts). To
+//! a PVC, a Pod of the operator's image ([`pod::save_pod`]), because only
+//! a Pod can mount the claim; it streams from the leader the operator has
+//! just verified and reports what it wrote and read back in its
+//! termination message.
 
+pub mod pod;
 pub mod problem;
 pub mod store;
 pub mod stream;
@@ -32,17 +42,18 @@ pub mod stream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType as KubeEventType;
 use kube::runtime::reflector::ObjectRef;
 use steward_policy_sdk::{self as sdk, Condition, ConditionStatus};
 
 use crate::api::{
-    EtcdSnapshot, EtcdSnapshotStatus, SnapshotArtifact, SnapshotPhase, write_whole_status,
+    EtcdSnapshot, EtcdSnapshotStatus, KeyspaceHash, PvcLocation, SnapshotArtifact, SnapshotPhase,
+    VerifyMode, write_whole_status,
 };
 use crate::context::Context;
 use crate::error::Error;
@@ -57,7 +68,10 @@ pub struct Source {
     pub member: String,
     pub endpoint: String,
     pub version: String,
-    pub destination: Destination,
+    /// Where the snapshot goes: `s3://...` or `pvc://...`.
+    pub uri: String,
+    /// The store, for an S3 destination (a PVC is written by a Pod).
+    pub destination: Option<Destination>,
 }
 
 /// What one reconcile found.
@@ -70,6 +84,7 @@ pub struct Observed {
 struct Taken {
     artifact: SnapshotArtifact,
     revision: i64,
+    keyspace_hash: Option<KeyspaceHash>,
     took: Duration,
 }
 
@@ -83,6 +98,21 @@ pub async fn reconcile_snapshot(
         Some(SnapshotPhase::Complete | SnapshotPhase::Failed)
     ) {
         return Ok(Action::await_change());
+    }
+    if prev.phase == Some(SnapshotPhase::Started) && prev.artifact.is_some() {
+        return verify_by_restore(&snap, &ctx).await;
+    }
+    // A wake-up before the backoff is over (a failed attempt's Pod going
+    // away) waits for it.
+    if prev.phase == Some(SnapshotPhase::Pending)
+        && let Some(at) = &prev.next_attempt_time
+        && let Ok(wait) = Duration::try_from(at.0.duration_since(jiff::Timestamp::now()))
+        && !wait.is_zero()
+    {
+        return Ok(Action::requeue(wait));
+    }
+    if let Some(location) = snap.spec.destination.pvc.clone() {
+        return save_to_claim(snap, &location, ctx).await;
     }
     if prev.phase == Some(SnapshotPhase::Started) {
         // No reconcile of this object runs while another does, and each
@@ -107,13 +137,384 @@ pub async fn reconcile_snapshot(
     write(&snap, &started, &ctx).await?;
 
     match take(&snap, &source, &ctx).await {
-        Ok(taken) => complete(&snap, started, &source, taken, &ctx).await,
+        Ok(taken) => stored(&snap, started, &source.member, taken, &ctx).await,
         Err(problem) => {
             let mut snap = (*snap).clone();
             snap.status = Some(started);
             fail(&snap, &problem, &ctx).await
         }
     }
+}
+
+/// The snapshot is stored and read back: Complete, or on to a restore.
+async fn stored(
+    snap: &EtcdSnapshot,
+    started: EtcdSnapshotStatus,
+    member: &str,
+    taken: Taken,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    if snap.spec.verify != VerifyMode::Restore {
+        return complete(snap, started, member, taken, ReadBackOnly, ctx).await;
+    }
+    let desired = [
+        cond(
+            READY,
+            ConditionStatus::False,
+            reason::VERIFYING,
+            format!(
+                "{} is stored and read back; restoring a copy to verify it",
+                taken.artifact.uri
+            ),
+        ),
+        cond(
+            VERIFIED,
+            ConditionStatus::False,
+            reason::VERIFYING,
+            "read back; not restored yet".into(),
+        ),
+        cond(
+            RECONCILING,
+            ConditionStatus::True,
+            reason::VERIFYING,
+            "restoring a copy in a scratch Pod".into(),
+        ),
+        cond(
+            STALLED,
+            ConditionStatus::False,
+            reason::VERIFYING,
+            String::new(),
+        ),
+    ];
+    let status = EtcdSnapshotStatus {
+        artifact: Some(taken.artifact),
+        revision: Some(taken.revision),
+        keyspace_hash: taken.keyspace_hash,
+        conditions: merged(snap, &started, &desired),
+        ..started
+    };
+    write(snap, &status, ctx).await?;
+    let mut snap = snap.clone();
+    snap.status = Some(status);
+    verify_by_restore(&snap, ctx).await
+}
+
+/// How long a restore check may take to answer before it counts as failed.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often a Pod doing a snapshot's work is looked at, besides its
+/// own changes (which the Pod watch delivers).
+const POD_POLL: Duration = Duration::from_secs(5);
+
+fn pods(snap: &EtcdSnapshot, ctx: &Context) -> Api<Pod> {
+    Api::namespaced(ctx.client.clone(), &snap.namespace().unwrap_or_default())
+}
+
+/// The Pod of that name, if it is this snapshot's: one that another owner
+/// controls is never read as this snapshot's report, nor deleted (`Err`
+/// says whose it is not).
+async fn own_pod(
+    snap: &EtcdSnapshot,
+    name: &str,
+    ctx: &Context,
+) -> Result<Result<Option<Pod>, String>, Error> {
+    let Some(pod) = pods(snap, ctx).get_opt(name).await.map_err(Error::Kube)? else {
+        return Ok(Ok(None));
+    };
+    let ours = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == snap.metadata.uid.as_ref());
+    Ok(if ours {
+        Ok(Some(pod))
+    } else {
+        Err(format!(
+            "Pod {name} exists and is not controlled by EtcdSnapshot {}; delete or rename it",
+            snap.name_any()
+        ))
+    })
+}
+
+async fn delete_pod(snap: &EtcdSnapshot, name: &str, ctx: &Context) {
+    match pods(snap, ctx)
+        .delete(name, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => {
+            tracing::warn!(snapshot = %snap.name_any(), pod = name, "deleting a snapshot's Pod: {e}")
+        }
+    }
+}
+
+/// A `pvc` destination: the save Pod streams it; this reads its report.
+async fn save_to_claim(
+    snap: Arc<EtcdSnapshot>,
+    location: &PvcLocation,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let prev = snap.status.clone().unwrap_or_default();
+    let name = pod::save_pod_name(&snap.name_any());
+    let existing = pods(&snap, &ctx)
+        .get_opt(&name)
+        .await
+        .map_err(Error::Kube)?;
+    let Some(existing) = existing else {
+        if prev.phase == Some(SnapshotPhase::Started) {
+            let cut = Problem::retry(
+                reason::INTERRUPTED,
+                format!(
+                    "attempt {}: its Pod {name} is gone before it reported",
+                    prev.attempts
+                ),
+            );
+            return fail(&snap, &cut, &ctx).await;
+        }
+        let observed = observe(snap, &ctx).await;
+        let source = match observed.source {
+            Ok(source) => source,
+            Err(problem) => return fail(&observed.snapshot, &problem, &ctx).await,
+        };
+        let snap = observed.snapshot;
+        let started = started_status(&snap, &source);
+        write(&snap, &started, &ctx).await?;
+        let pod = pod::save_pod(
+            &snap,
+            location,
+            &source.endpoint,
+            &ctx.config.operator_image,
+        );
+        if let Err(e) = pods(&snap, &ctx).create(&PostParams::default(), &pod).await {
+            let mut snap = (*snap).clone();
+            snap.status = Some(started);
+            let problem = Problem::retry(reason::POD_FAILED, format!("creating Pod {name}: {e}"));
+            return fail(&snap, &problem, &ctx).await;
+        }
+        return Ok(Action::requeue(POD_POLL));
+    };
+    if existing.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::requeue(POD_POLL));
+    }
+    match pod::outcome(&existing) {
+        pod::Outcome::Running => Ok(Action::requeue(POD_POLL)),
+        pod::Outcome::Failed(problem) => {
+            delete_pod(&snap, &name, &ctx).await;
+            fail(&snap, &problem, &ctx).await
+        }
+        pod::Outcome::Succeeded(message) => {
+            delete_pod(&snap, &name, &ctx).await;
+            match serde_json::from_str::<pod::Report>(message.trim()) {
+                Ok(pod::Report::Saved {
+                    size_bytes,
+                    sha256,
+                    revision,
+                    keyspace_hash,
+                }) => {
+                    let file = pod::destination_file(location, &snap.name_any());
+                    let took = prev
+                        .start_time
+                        .as_ref()
+                        .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+                        .unwrap_or_default();
+                    let taken = Taken {
+                        artifact: SnapshotArtifact {
+                            uri: pod::pvc_uri(&location.claim_name, &file),
+                            size_bytes: i64::try_from(size_bytes).unwrap_or(i64::MAX),
+                            checksum: format!("sha256:{sha256}"),
+                        },
+                        revision,
+                        keyspace_hash,
+                        took,
+                    };
+                    let member = prev.member.clone().unwrap_or_default();
+                    stored(&snap, prev, &member, taken, &ctx).await
+                }
+                _ => {
+                    let problem = Problem::retry(
+                        reason::POD_FAILED,
+                        format!("Pod {name} succeeded without a report the operator can read"),
+                    );
+                    fail(&snap, &problem, &ctx).await
+                }
+            }
+        }
+    }
+}
+
+/// What the stored artifact is, for the verify Pod to fetch.
+fn stored_at<'a>(snap: &'a EtcdSnapshot, artifact: &SnapshotArtifact) -> Option<pod::Stored<'a>> {
+    if let Some(s3) = &snap.spec.destination.s3 {
+        let key = artifact.uri.strip_prefix(&format!("s3://{}/", s3.bucket))?;
+        return Some(pod::Stored::S3 {
+            location: s3,
+            key: key.to_owned(),
+        });
+    }
+    let pvc = snap.spec.destination.pvc.as_ref()?;
+    let at = pod::parse_pvc_uri(&artifact.uri)?;
+    (at.claim_name == pvc.claim_name).then(|| pod::Stored::Pvc {
+        claim: &pvc.claim_name,
+        file: at.sub_path.unwrap_or_default(),
+    })
+}
+
+/// `verify: Restore`: a scratch Pod restores the stored artifact and
+/// serves it; the operator asks it for its revision and keyspace hash.
+async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action, Error> {
+    let status = snap.status.clone().unwrap_or_default();
+    let Some(artifact) = status.artifact.clone() else {
+        return Ok(Action::await_change());
+    };
+    let name = pod::verify_pod_name(&snap.name_any());
+    let failed = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
+    let existing = match own_pod(snap, &name, ctx).await? {
+        Ok(pod) => pod,
+        Err(why) => return fail(snap, &failed(why), ctx).await,
+    };
+    let Some(existing) = existing else {
+        let Some(stored) = stored_at(snap, &artifact) else {
+            return fail(
+                snap,
+                &failed(format!(
+                    "{} is not where the spec says it is stored",
+                    artifact.uri
+                )),
+                ctx,
+            )
+            .await;
+        };
+        let version = status
+            .etcd_version
+            .clone()
+            .unwrap_or_else(|| "3.5.21".to_owned());
+        let image = format!("{}:v{version}", ctx.config.etcd_image.trim_end_matches(':'));
+        let pod = pod::verify_pod(
+            snap,
+            &stored,
+            &artifact.checksum,
+            &image,
+            &ctx.config.operator_image,
+        );
+        match pods(snap, ctx).create(&PostParams::default(), &pod).await {
+            Ok(_) => {}
+            // Refused for good (forbidden, invalid): no restore will run.
+            Err(kube::Error::Api(e))
+                if (400..500).contains(&e.code) && e.code != 409 && e.code != 429 =>
+            {
+                return fail(
+                    snap,
+                    &failed(format!("creating Pod {name}: {}", e.message)),
+                    ctx,
+                )
+                .await;
+            }
+            Err(e) => {
+                tracing::warn!(snapshot = %snap.name_any(), "creating the verify Pod, trying again: {e}")
+            }
+        }
+        return Ok(Action::requeue(POD_POLL));
+    };
+    if existing.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::requeue(POD_POLL));
+    }
+    let verdict = match pod::outcome(&existing) {
+        pod::Outcome::Failed(p) => {
+            Err(failed(format!("restoring {}: {}", artifact.uri, p.message)))
+        }
+        pod::Outcome::Succeeded(_) => {
+            Err(failed(format!("the restored etcd of Pod {name} exited")))
+        }
+        pod::Outcome::Running => match check_restored(&existing, &status, ctx).await {
+            Ok(Some(verdict)) => Ok(verdict),
+            Ok(None) => {
+                let age = existing
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+                    .unwrap_or(Duration::ZERO);
+                if age < VERIFY_TIMEOUT {
+                    return Ok(Action::requeue(POD_POLL));
+                }
+                Err(failed(format!(
+                    "the restored copy in Pod {name} did not answer within {VERIFY_TIMEOUT:?}"
+                )))
+            }
+            Err(problem) => Err(problem),
+        },
+    };
+    delete_pod(snap, &name, ctx).await;
+    match verdict {
+        Ok(message) => {
+            let taken = Taken {
+                artifact,
+                revision: status.revision.unwrap_or_default(),
+                keyspace_hash: status.keyspace_hash,
+                took: status
+                    .start_time
+                    .as_ref()
+                    .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+                    .unwrap_or_default(),
+            };
+            let member = status.member.clone().unwrap_or_default();
+            complete(snap, status, &member, taken, Restored(message), ctx).await
+        }
+        Err(problem) => fail(snap, &problem, ctx).await,
+    }
+}
+
+/// Asks the restored copy: `Ok(None)` while it does not answer yet.
+async fn check_restored(
+    pod: &Pod,
+    status: &EtcdSnapshotStatus,
+    ctx: &Context,
+) -> Result<Option<String>, Problem> {
+    let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+        return Ok(None);
+    };
+    let endpoint = format!("http://{ip}:{}", crate::resources::CLIENT_PORT);
+    let Ok(answer) = ctx.etcd.status(&endpoint).await else {
+        return Ok(None);
+    };
+    let failed = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
+    let want = status.revision.unwrap_or_default();
+    if answer.revision < want {
+        return Err(failed(format!(
+            "the restored copy is at revision {}, older than the snapshot's {want}",
+            answer.revision
+        )));
+    }
+    let Some(source) = status.keyspace_hash else {
+        return Ok(Some(format!(
+            "restored by etcdutl and served at revision {} (the source's keyspace hash was not recorded, so only the revision was compared)",
+            answer.revision
+        )));
+    };
+    let restored = ctx
+        .etcd
+        .hash_kv(&endpoint, source.revision)
+        .await
+        .map_err(|e| {
+            failed(format!(
+                "asking the restored copy for its keyspace hash: {e}"
+            ))
+        })?;
+    if restored.compact_revision != source.compact_revision {
+        return Ok(Some(format!(
+            "restored by etcdutl and served at revision {}; compacted at {} there and {} at the source, so only the revision was compared",
+            answer.revision, restored.compact_revision, source.compact_revision
+        )));
+    }
+    if restored.hash != source.hash {
+        return Err(failed(format!(
+            "the restored copy's keyspace hash at revision {} is {}, the source's was {}",
+            source.revision, restored.hash, source.hash
+        )));
+    }
+    Ok(Some(format!(
+        "restored by etcdutl and served at revision {}; its keyspace hash at revision {} matches the source's ({})",
+        answer.revision, source.revision, source.hash
+    )))
 }
 
 /// The cluster, the credentials and a verified quorum's leader.
@@ -136,14 +537,44 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
                 format!("EtcdCluster {ns}/{cluster_name} does not exist"),
             )
         })?;
-    let location = snap.spec.destination.s3.as_ref().ok_or_else(|| {
-        Problem::fatal(
-            reason::INVALID_SPEC,
-            "spec.destination.s3 is not set (destination.pvc is not implemented)",
-        )
-    })?;
-    let credentials = credentials(ctx, &ns, location).await?;
-    let destination = Destination::new(location, &snap.name_any(), &credentials)?;
+    let (uri, destination) = match (&snap.spec.destination.s3, &snap.spec.destination.pvc) {
+        (Some(location), _) => {
+            let credentials = credentials(ctx, &ns, location).await?;
+            let destination = Destination::new(location, &snap.name_any(), &credentials)?;
+            (destination.uri.clone(), Some(destination))
+        }
+        (None, Some(pvc)) => {
+            let claim = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+                ctx.client.clone(),
+                &ns,
+            )
+            .get_opt(&pvc.claim_name)
+            .await
+            .map_err(|e| {
+                Problem::retry(
+                    reason::CLAIM_NOT_FOUND,
+                    format!("reading PersistentVolumeClaim {ns}/{}: {e}", pvc.claim_name),
+                )
+            })?;
+            if claim.is_none() {
+                return Err(Problem::retry(
+                    reason::CLAIM_NOT_FOUND,
+                    format!(
+                        "PersistentVolumeClaim {ns}/{} (destination.pvc.claimName) does not exist",
+                        pvc.claim_name
+                    ),
+                ));
+            }
+            let file = pod::destination_file(pvc, &snap.name_any());
+            (pod::pvc_uri(&pvc.claim_name, &file), None)
+        }
+        (None, None) => {
+            return Err(Problem::fatal(
+                reason::INVALID_SPEC,
+                "spec.destination names neither s3 nor pvc",
+            ));
+        }
+    };
 
     let targets: Vec<ProbeTarget> = cluster_members(ctx, &cluster)
         .into_iter()
@@ -185,6 +616,7 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
         member,
         endpoint,
         version,
+        uri,
         destination,
     })
 }
@@ -220,7 +652,12 @@ pub async fn credentials(
 async fn take(snap: &EtcdSnapshot, source: &Source, ctx: &Context) -> Result<Taken, Problem> {
     let begun = Instant::now();
     let uid = snap.uid().unwrap_or_default();
-    let dest = &source.destination;
+    let Some(dest) = &source.destination else {
+        return Err(Problem::fatal(
+            reason::INVALID_SPEC,
+            "no S3 destination to stream to",
+        ));
+    };
     dest.check_not_foreign(&uid).await?;
     let stream = ctx.etcd.snapshot(&source.endpoint).await.map_err(|e| {
         Problem::retry(
@@ -233,6 +670,22 @@ async fn take(snap: &EtcdSnapshot, source: &Source, ctx: &Context) -> Result<Tak
     })?;
     let written = dest.upload(stream.chunks, &uid).await?;
     dest.read_back(&written, &uid).await?;
+    // What a restored copy must hash to; only asked for when one will be
+    // made. Best effort: a compaction since the stream opened makes it
+    // unanswerable, and the restore check then compares revisions only.
+    let keyspace_hash = if snap.spec.verify == VerifyMode::Restore {
+        ctx.etcd
+            .hash_kv(&source.endpoint, stream.revision)
+            .await
+            .ok()
+            .map(|h| KeyspaceHash {
+                revision: h.revision,
+                hash: h.hash,
+                compact_revision: h.compact_revision,
+            })
+    } else {
+        None
+    };
     Ok(Taken {
         artifact: SnapshotArtifact {
             uri: dest.uri.clone(),
@@ -240,6 +693,7 @@ async fn take(snap: &EtcdSnapshot, source: &Source, ctx: &Context) -> Result<Tak
             checksum: format!("sha256:{}", written.sha256),
         },
         revision: stream.revision,
+        keyspace_hash,
         took: begun.elapsed(),
     })
 }
@@ -254,7 +708,7 @@ fn started_status(snap: &EtcdSnapshot, source: &Source) -> EtcdSnapshotStatus {
             reason::STARTED,
             format!(
                 "attempt {attempt}: streaming from member {} to {}",
-                source.member, source.destination.uri
+                source.member, source.uri
             ),
         ),
         not_verified(),
@@ -274,6 +728,7 @@ fn started_status(snap: &EtcdSnapshot, source: &Source) -> EtcdSnapshotStatus {
     EtcdSnapshotStatus {
         phase: Some(SnapshotPhase::Started),
         attempts: attempt,
+        next_attempt_time: None,
         start_time: prev.start_time.clone().or_else(|| Some(now())),
         member: Some(source.member.clone()),
         etcd_version: Some(source.version.clone()).filter(|v| !v.is_empty()),
@@ -283,21 +738,41 @@ fn started_status(snap: &EtcdSnapshot, source: &Source) -> EtcdSnapshotStatus {
     }
 }
 
+/// How a Complete snapshot was verified.
+enum Verification {
+    ReadBackOnly,
+    /// With what the restored copy answered.
+    Restored(String),
+}
+use Verification::{ReadBackOnly, Restored};
+
 async fn complete(
     snap: &EtcdSnapshot,
     started: EtcdSnapshotStatus,
-    source: &Source,
+    member: &str,
     taken: Taken,
+    verification: Verification,
     ctx: &Context,
 ) -> Result<Action, Error> {
     let message = format!(
-        "{} ({} bytes, {}) taken from member {} at revision {}",
-        taken.artifact.uri,
-        taken.artifact.size_bytes,
-        taken.artifact.checksum,
-        source.member,
-        taken.revision
+        "{} ({} bytes, {}) taken from member {member} at revision {}",
+        taken.artifact.uri, taken.artifact.size_bytes, taken.artifact.checksum, taken.revision
     );
+    let read_back = "read back whole: its size and sha256 match the stream, whose trailing sha256 (etcd's own) matched its bytes";
+    let verified = match verification {
+        ReadBackOnly => cond(
+            VERIFIED,
+            ConditionStatus::True,
+            reason::READ_BACK,
+            read_back.into(),
+        ),
+        Restored(how) => cond(
+            VERIFIED,
+            ConditionStatus::True,
+            reason::RESTORED,
+            format!("{read_back}; {how}"),
+        ),
+    };
     let desired = [
         cond(
             READY,
@@ -305,13 +780,7 @@ async fn complete(
             reason::COMPLETE,
             message.clone(),
         ),
-        cond(
-            VERIFIED,
-            ConditionStatus::True,
-            reason::READ_BACK,
-            "read back whole: its size and sha256 match the stream, whose trailing sha256 (etcd's own) matched its bytes"
-                .into(),
-        ),
+        verified,
         cond(
             RECONCILING,
             ConditionStatus::False,
@@ -329,6 +798,7 @@ async fn complete(
         phase: Some(SnapshotPhase::Complete),
         artifact: Some(taken.artifact.clone()),
         revision: Some(taken.revision),
+        keyspace_hash: taken.keyspace_hash,
         completion_time: Some(now()),
         conditions: merged(snap, &started, &desired),
         ..started
@@ -407,6 +877,16 @@ async fn fail(snap: &EtcdSnapshot, problem: &Problem, ctx: &Context) -> Result<A
         completion_time: last.then(now),
         observed_generation: snap.metadata.generation,
         conditions: merged(snap, &prev, &desired),
+        // A stored artifact that failed its restore check is nobody's
+        // backup: the status no longer points at it.
+        artifact: None,
+        keyspace_hash: None,
+        next_attempt_time: (!last).then(|| {
+            let wait =
+                jiff::SignedDuration::try_from(backoff(ctx.config.snapshot_backoff, attempts))
+                    .unwrap_or_default();
+            Time(jiff::Timestamp::now() + wait)
+        }),
         ..prev.clone()
     };
     write(snap, &status, ctx).await?;

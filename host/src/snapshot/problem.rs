@@ -8,6 +8,8 @@ pub mod reason {
     /// that may be cut off from the cluster.
     pub const QUORUM_UNVERIFIED: &str = "QuorumUnverified";
     pub const CREDENTIALS_NOT_FOUND: &str = "CredentialsNotFound";
+    /// A `pvc` destination's claim that does not exist.
+    pub const CLAIM_NOT_FOUND: &str = "ClaimNotFound";
     pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const BUCKET_NOT_FOUND: &str = "BucketNotFound";
@@ -41,6 +43,45 @@ pub mod reason {
     /// The Verified condition's reason: the object was read back whole.
     pub const READ_BACK: &str = "ReadBack";
     pub const NOT_VERIFIED: &str = "NotVerified";
+    /// The Verified condition's reason once a restored copy answered with
+    /// the snapshot's revision and keyspace hash (`verify: Restore`).
+    pub const RESTORED: &str = "Restored";
+    /// `verify: Restore` is running: the snapshot is stored and read back,
+    /// its restored copy not yet checked.
+    pub const VERIFYING: &str = "VerifyingByRestore";
+    /// The restored copy is not the snapshot: `etcdutl snapshot restore`
+    /// refused it, or its revision or keyspace hash differs.
+    pub const RESTORE_CHECK_FAILED: &str = "RestoreCheckFailed";
+    /// The claim ran out of space while the snapshot was written to it.
+    pub const VOLUME_FULL: &str = "VolumeFull";
+    /// Writing or reading back the file on the claim failed otherwise.
+    pub const WRITE_FAILED: &str = "WriteFailed";
+    /// A snapshot's Pod failed without a report of its own.
+    pub const POD_FAILED: &str = "PodFailed";
+
+    /// The reasons a snapshot's Pod may report, as themselves; any other
+    /// string (a Pod's report is not trusted to name one) is `PodFailed`.
+    pub fn known(reason: &str) -> &'static str {
+        [
+            VOLUME_FULL,
+            WRITE_FAILED,
+            SNAPSHOT_STREAM_FAILED,
+            INTEGRITY_CHECK_FAILED,
+            VERIFICATION_FAILED,
+            CHECKSUM_MISMATCH,
+            OBJECT_NOT_FOUND,
+            CREDENTIALS_INVALID,
+            BUCKET_NOT_FOUND,
+            ACCESS_DENIED,
+            ENDPOINT_UNREACHABLE,
+            TLS_UNTRUSTED,
+            STORE_TIMEOUT,
+            READ_STALLED,
+        ]
+        .into_iter()
+        .find(|r| *r == reason)
+        .unwrap_or(POD_FAILED)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,6 +14,13 @@
 //! and the missing directories. The root itself is never covered: a
 //! mountPath right under `/` (`/data`) must exist here. A mountPath under
 //! another volume's is made inside that volume, as a runtime does.
+//!
+//! Files are bound the same way: the kubelet's termination-message file is
+//! bind-mounted at the container's `terminationMessagePath`. A missing
+//! target file is made as a missing mountPath is, so the default
+//! `/dev/termination-log` covers `/dev` with a copy of itself (every device
+//! node, `/dev/pts` and `/dev/shm` bound back from the original, each bind
+//! keeping the flags of the devtmpfs it comes from) holding the new file.
 
 use std::ffi::{CStr, CString};
 use std::os::unix::fs::MetadataExt;
@@ -45,8 +52,13 @@ struct Bind {
     source: CString,
     target: CString,
     /// Made (if missing) before the bind, outermost first: the target and
-    /// its ancestors below a shadow, `/run`, or another volume.
+    /// its ancestors below a shadow, `/run`, or another volume (for a file,
+    /// its ancestors only).
     mkdirs: Vec<CString>,
+    /// A file bound onto a file, not a directory.
+    file: bool,
+    /// The target file is missing and is made (empty) before the bind.
+    make_file: bool,
 }
 
 struct Shadow {
@@ -75,8 +87,14 @@ enum EntryKind {
 const ENTRY_PATH_MAX: usize = 320;
 
 impl Private {
-    /// `binds` are (local directory, mountPath) pairs.
-    pub(crate) fn new(binds: &[(PathBuf, String)]) -> std::io::Result<Private> {
+    /// `dirs` are (local directory, mountPath) pairs; `files` (local file,
+    /// path in the container) pairs, such as the termination-message file.
+    pub(crate) fn new(
+        dirs: &[(PathBuf, String)],
+        files: &[(PathBuf, String)],
+    ) -> std::io::Result<Private> {
+        let binds: Vec<&(PathBuf, String)> = dirs.iter().chain(files).collect();
+        let is_file = |i: usize| i >= dirs.len();
         let targets: Vec<PathBuf> = binds
             .iter()
             .map(|(_, target)| {
@@ -93,17 +111,31 @@ impl Private {
         let mut prepared = Vec::new();
         for i in order {
             let target = &targets[i];
+            let file = is_file(i);
             // The nearest ancestor that is another volume's mountPath.
             let in_volume = targets
                 .iter()
-                .filter(|t| *t != target && target.starts_with(t))
+                .enumerate()
+                .filter(|&(j, t)| !is_file(j) && t != target && target.starts_with(t))
+                .map(|(_, t)| t)
                 .max_by_key(|t| t.components().count());
+            if file && target.is_dir() {
+                return Err(std::io::Error::other(format!(
+                    "{} is a directory on this machine; a file cannot be mounted there",
+                    target.display()
+                )));
+            }
+            let exists = if file {
+                target.exists()
+            } else {
+                target.is_dir()
+            };
             let base: Option<PathBuf> = if let Some(v) = in_volume {
                 Some(v.clone())
             } else if target.starts_with("/run") {
                 tmpfs_run = true;
                 Some(PathBuf::from("/run"))
-            } else if target.is_dir() {
+            } else if exists {
                 None
             } else {
                 let above = existing_ancestor(target)?;
@@ -119,6 +151,7 @@ impl Private {
                 Some(above)
             };
             let mut mkdirs = Vec::new();
+            let make_file = file && base.is_some();
             if let Some(base) = base {
                 let rest = target.strip_prefix(&base).unwrap_or(Path::new(""));
                 let mut dir = base;
@@ -126,11 +159,16 @@ impl Private {
                     dir.push(part);
                     mkdirs.push(cstring(&dir)?);
                 }
+                if make_file {
+                    mkdirs.pop();
+                }
             }
             prepared.push(Bind {
                 source: cstring(&binds[i].0)?,
                 target: cstring(target)?,
                 mkdirs,
+                file,
+                make_file,
             });
         }
         // Outer directories first: an inner one is then covered in the
@@ -167,21 +205,22 @@ impl Private {
             none,
         )?;
         use nix::fcntl::OFlag;
-        let open_path = |p: &CStr| -> std::io::Result<std::os::fd::RawFd> {
-            let fd = nix::fcntl::open(
-                p,
-                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )?;
+        let open_path = |p: &CStr, dir: bool| -> std::io::Result<std::os::fd::RawFd> {
+            let kind = if dir {
+                OFlag::O_DIRECTORY
+            } else {
+                OFlag::empty()
+            };
+            let fd = nix::fcntl::open(p, OFlag::O_PATH | kind | OFlag::O_CLOEXEC, Mode::empty())?;
             Ok(std::os::fd::IntoRawFd::into_raw_fd(fd))
         };
         // Sources first: nothing is covered yet.
         for bind in &self.binds {
-            let fd = open_path(&bind.source)?;
+            let fd = open_path(&bind.source, !bind.file)?;
             self.fds.push(fd);
         }
         for shadow in &self.shadows {
-            let original = open_path(&shadow.dir)?;
+            let original = open_path(&shadow.dir, true)?;
             self.fds.push(original);
             mount(
                 Some(c"tmpfs"),
@@ -209,6 +248,13 @@ impl Private {
                     Ok(()) | Err(Errno::EEXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
+            }
+            if bind.make_file {
+                drop(nix::fcntl::open(
+                    bind.target.as_c_str(),
+                    OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o644),
+                )?);
             }
             let mut buf = [0u8; 32];
             let source = fd_path(*fd, &mut buf);
@@ -388,7 +434,7 @@ mod tests {
             (PathBuf::from("/k/data"), at("/var/lib/etcd")),
             (PathBuf::from("/k/token"), "/var/run/secrets/x".to_string()),
         ];
-        let p = super::Private::new(&binds).unwrap();
+        let p = super::Private::new(&binds, &[]).unwrap();
         let show = |c: &std::ffi::CString| c.to_str().unwrap().to_string();
         let order: Vec<_> = p.binds.iter().map(|b| show(&b.target)).collect();
         assert_eq!(
@@ -434,12 +480,60 @@ mod tests {
         );
 
         // An existing mountPath needs nothing made; one right under / is refused.
-        let p = super::Private::new(&[(PathBuf::from("/k"), at("/var/lib/dpkg"))]).unwrap();
+        let p = super::Private::new(&[(PathBuf::from("/k"), at("/var/lib/dpkg"))], &[]).unwrap();
         assert!(p.shadows.is_empty() && p.binds[0].mkdirs.is_empty());
-        let err = super::Private::new(&[(PathBuf::from("/k"), "/no-such-top-level-dir".into())])
+        let err = super::Private::new(
+            &[(PathBuf::from("/k"), "/no-such-top-level-dir".into())],
+            &[],
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("other than /"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_file_target_is_made_as_a_file_below_the_nearest_existing_directory() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("dev")).unwrap();
+        std::fs::write(t.path().join("dev/null"), "").unwrap();
+        let at = |p: &str| format!("{}{p}", t.path().display());
+        let show = |c: &std::ffi::CString| c.to_str().unwrap().to_string();
+        let files = [
+            (PathBuf::from("/k/msg1"), at("/dev/termination-log")),
+            (
+                PathBuf::from("/k/msg2"),
+                "/var/run/termination-log".to_string(),
+            ),
+            (PathBuf::from("/k/msg3"), at("/data/sub/msg")),
+        ];
+        let dirs = [(PathBuf::from("/k/data"), at("/data"))];
+        let p = super::Private::new(&dirs, &files).unwrap();
+        let find = |target: &str| p.binds.iter().find(|b| show(&b.target) == target).unwrap();
+        let dev = find(&at("/dev/termination-log"));
+        assert!(dev.file && dev.make_file && dev.mkdirs.is_empty());
+        assert!(
+            p.shadows.iter().any(|s| show(&s.dir) == at("/dev")),
+            "the file's directory is shadowed"
+        );
+        let run = find("/run/termination-log");
+        assert!(run.file && run.make_file && run.mkdirs.is_empty());
+        assert!(p.tmpfs_run);
+        let in_volume = find(&at("/data/sub/msg"));
+        assert_eq!(
+            in_volume.mkdirs.iter().map(show).collect::<Vec<_>>(),
+            [at("/data/sub")],
+            "made inside the volume, the file itself not as a directory"
+        );
+        assert!(in_volume.make_file);
+        assert!(!find(&at("/data")).file);
+
+        // An existing file is bound over as it is; a directory cannot be.
+        let p = super::Private::new(&[], &[(PathBuf::from("/k/m"), at("/dev/null"))]).unwrap();
+        assert!(p.shadows.is_empty() && !p.binds[0].make_file);
+        let err = super::Private::new(&[], &[(PathBuf::from("/k/m"), at("/dev"))])
             .err()
             .unwrap();
-        assert!(err.to_string().contains("other than /"), "{err}");
+        assert!(err.to_string().contains("is a directory"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,16 @@
 //! request grow, and this provisioner sets the PV's capacity and then the
 //! claim's `status.capacity` to the new size. A directory has no size to
 //! grow; the capacities are what the operator and `kubectl` read.
+//!
+//! A second class, [`CAPPED_STORAGE_CLASS`], gives volumes a real size, so
+//! that a claim can fill up: its directory is a tmpfs of exactly the
+//! requested bytes, and a write beyond them fails with ENOSPC as on a full
+//! disk. Growing the claim remounts the tmpfs with the new size before the
+//! capacities change; reclaiming unmounts it (lazily, if something still
+//! has it open) before the directory goes. The mounts live in the private
+//! mount namespace the testbed runs in (scripts/in-namespace.sh) and vanish
+//! with it; outside one the provisioner refuses to mount, and the claim
+//! stays Pending.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +43,9 @@ use tokio::task::JoinHandle;
 
 /// The default StorageClass every claim without a class gets.
 pub const STORAGE_CLASS: &str = "standard";
+/// A StorageClass of the same provisioner whose volumes hold no more than
+/// their claim requests (a tmpfs of that size): a claim that can be full.
+pub const CAPPED_STORAGE_CLASS: &str = "capped";
 /// The provisioner name the StorageClass names.
 pub const PROVISIONER: &str = "testbed.etcd-steward.dev/local";
 
@@ -58,26 +71,30 @@ impl Provisioner {
     pub async fn start(client: Client, root: &Path) -> Result<Provisioner> {
         std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
         let root = std::fs::canonicalize(root)?;
-        let class: StorageClass = serde_json::from_value(json!({
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {
-                "name": STORAGE_CLASS,
-                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
-            },
-            "provisioner": PROVISIONER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Delete",
-            "allowVolumeExpansion": true,
-        }))?;
-        Api::<StorageClass>::all(client.clone())
-            .patch(
-                STORAGE_CLASS,
-                &PatchParams::apply("steward-testbed").force(),
-                &Patch::Apply(&class),
-            )
-            .await
-            .context("installing the default StorageClass")?;
+        for (name, default) in [(STORAGE_CLASS, true), (CAPPED_STORAGE_CLASS, false)] {
+            let mut class = json!({
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name},
+                "provisioner": PROVISIONER,
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Delete",
+                "allowVolumeExpansion": true,
+            });
+            if default {
+                class["metadata"]["annotations"] =
+                    json!({"storageclass.kubernetes.io/is-default-class": "true"});
+            }
+            let class: StorageClass = serde_json::from_value(class)?;
+            Api::<StorageClass>::all(client.clone())
+                .patch(
+                    name,
+                    &PatchParams::apply("steward-testbed").force(),
+                    &Patch::Apply(&class),
+                )
+                .await
+                .with_context(|| format!("installing the StorageClass {name}"))?;
+        }
         let claims = tokio::spawn(provision_claims(client.clone(), root.clone()));
         let resizes = tokio::spawn(resize_claims(client.clone()));
         let volumes = tokio::spawn(reclaim_volumes(client, root));
@@ -147,6 +164,11 @@ async fn provision(client: &Client, root: &Path, claim: &PersistentVolumeClaim) 
         .and_then(|r| r.get("storage"))
         .map(|q| q.0.clone())
         .unwrap_or_else(|| "1Gi".into());
+    if spec.storage_class_name.as_deref() == Some(CAPPED_STORAGE_CLASS) {
+        // No PV without its size: the claim stays Pending, as when a real
+        // provisioner fails.
+        mount_capped(&dir, &size)?;
+    }
     let capacity: BTreeMap<&str, String> = [("storage", size)].into();
     let pv: PersistentVolume = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -239,6 +261,13 @@ async fn resize(client: &Client, claim: &PersistentVolumeClaim) -> Result<()> {
     if pv.annotations().get(ANN_PROVISIONED_BY).map(String::as_str) != Some(PROVISIONER) {
         return Ok(());
     }
+    let pv_spec = pv.spec.clone().unwrap_or_default();
+    if pv_spec.storage_class_name.as_deref() == Some(CAPPED_STORAGE_CLASS)
+        && let Some(local) = &pv_spec.local
+    {
+        // The node-side step comes first: the capacities then tell the truth.
+        remount_capped(Path::new(&local.path), &requested)?;
+    }
     let patch = json!({"spec": {"capacity": {"storage": requested}}});
     pvs.patch(&volume, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -285,6 +314,7 @@ async fn reclaim(api: &Api<PersistentVolume>, root: &Path, pv: &PersistentVolume
         let path = PathBuf::from(local.path);
         // Only ever a directory this provisioner made.
         if path.starts_with(root.join("pvc")) && path.exists() {
+            unmount_capped(&path)?;
             std::fs::remove_dir_all(&path)
                 .with_context(|| format!("deleting {}", path.display()))?;
         }
@@ -294,4 +324,97 @@ async fn reclaim(api: &Api<PersistentVolume>, root: &Path, pv: &PersistentVolume
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e).context("deleting the PersistentVolume"),
     }
+}
+
+/// Whether `dir` is the root of a mount (its device differs from its
+/// parent's): a capped volume already mounted.
+fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = dir.parent().unwrap_or(dir);
+    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
+        (Ok(d), Ok(p)) => d.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// A capped volume's size in bytes.
+fn bytes(size: &str) -> Result<u64> {
+    ParsedQuantity::try_from(size)
+        .ok()
+        .and_then(|q| q.to_bytes_u64())
+        .filter(|b| *b > 0)
+        .with_context(|| format!("a capped volume needs a size in bytes, not {size:?}"))
+}
+
+/// Refuses to mount in the machine's own mount namespace: a tmpfs left
+/// there would outlive the tests.
+fn ensure_private_mounts() -> Result<()> {
+    let own = std::fs::read_link("/proc/self/ns/mnt").context("reading /proc/self/ns/mnt")?;
+    match std::fs::read_link("/proc/1/ns/mnt") {
+        Ok(init) if init == own => anyhow::bail!(
+            "refusing to mount a capped volume in PID 1's mount namespace; run under scripts/in-namespace.sh"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Mounts a tmpfs of `size` on `dir` (once), with the directory's own mode
+/// and owner, so the volume looks as a `standard` one does but fills up.
+fn mount_capped(dir: &Path, size: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if is_mount_point(dir) {
+        return Ok(());
+    }
+    ensure_private_mounts()?;
+    let bytes = bytes(size)?;
+    let meta = std::fs::metadata(dir)?;
+    let options = format!(
+        "size={bytes},mode={:o},uid={},gid={}",
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid()
+    );
+    nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .with_context(|| format!("mounting a tmpfs of {size} on {}", dir.display()))?;
+    tracing::info!(path = %dir.display(), %size, "mounted a capped volume");
+    Ok(())
+}
+
+/// Gives a capped volume its new size. The superblock is shared, so the
+/// containers' mount namespaces see it too.
+fn remount_capped(dir: &Path, size: &str) -> Result<()> {
+    if !is_mount_point(dir) {
+        anyhow::bail!("{} is not a mounted capped volume", dir.display());
+    }
+    let options = format!("size={}", bytes(size)?);
+    nix::mount::mount(
+        None::<&str>,
+        dir,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT
+            | nix::mount::MsFlags::MS_NOSUID
+            | nix::mount::MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .with_context(|| format!("remounting {} with {size}", dir.display()))
+}
+
+/// Unmounts a capped volume before its directory is deleted; lazily when a
+/// process still uses it, which then keeps what it has open.
+fn unmount_capped(dir: &Path) -> Result<()> {
+    use nix::mount::{MntFlags, umount2};
+    if !is_mount_point(dir) {
+        return Ok(());
+    }
+    match umount2(dir, MntFlags::empty()) {
+        Err(nix::errno::Errno::EBUSY) => umount2(dir, MntFlags::MNT_DETACH),
+        r => r,
+    }
+    .with_context(|| format!("unmounting {}", dir.display()))
 }

@@ -108,6 +108,13 @@ pub(super) struct Slot {
     mounts: Vec<(String, PathBuf)>,
     /// The plan of its latest start.
     plan: Option<LaunchPlan>,
+    /// The host file of its latest start's termination message
+    /// (`containers/<name>/<start>` in the Pod's directory), read when it
+    /// exits.
+    termination_file: Option<PathBuf>,
+    /// Where its latest start's output begins in the log (after the
+    /// kubelet's own lines), for `FallbackToLogsOnError`.
+    log_offset: u64,
     /// The image the last pull gave, until the start that uses it.
     pulled: Option<super::images::PulledImage>,
     /// The `imageID` of the image last pulled, for the status.
@@ -144,6 +151,8 @@ impl Slot {
             container,
             mounts: Vec::new(),
             plan: None,
+            termination_file: None,
+            log_offset: 0,
             pulled: None,
             image_id: None,
             waiting: (waiting.into(), None),

@@ -1,10 +1,15 @@
 //! The containers' processes: start the one due (an init container, or
 //! the regular one) from its launch plan, reap its exit, move on to the
 //! next or restart it per restartPolicy with the kubelet's back-off, and
-//! stop it (SIGTERM, then SIGKILL after the grace period).
+//! stop it (SIGTERM, then SIGKILL after the grace period). Each start
+//! gets a fresh termination-message file, bound at the container's
+//! `terminationMessagePath`; its end (or, under `FallbackToLogsOnError`,
+//! the tail of that start's log) becomes `terminated.message` on exit.
 
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -17,7 +22,76 @@ use tokio::time::Instant;
 use super::super::launch::{self, LaunchPlan};
 use super::super::probe::ProbeState;
 use super::super::{exec, mounts};
-use super::{Stop, Worker, now};
+use super::{Slot, Stop, Worker, now};
+
+/// Where a container's termination message is when the Pod does not say
+/// (the API server fills it in anyway).
+pub(crate) const DEFAULT_TERMINATION_PATH: &str = "/dev/termination-log";
+/// The kubelet's limits: the file's last 4 KiB; from the log, the last 80
+/// lines, at most their last 2 KiB.
+const MAX_MESSAGE: u64 = 4 * 1024;
+const MAX_LOG_LINES: usize = 80;
+const MAX_LOG_MESSAGE: usize = 2 * 1024;
+
+/// The container's `terminationMessagePath`; an empty one means none.
+pub(crate) fn termination_path(c: &k8s_openapi::api::core::v1::Container) -> Option<String> {
+    match c.termination_message_path.as_deref() {
+        None => Some(DEFAULT_TERMINATION_PATH.into()),
+        Some("") => None,
+        Some(p) => Some(p.into()),
+    }
+}
+
+/// What the kubelet adds to `terminated.message` from the container
+/// itself: the end of its termination-message file, or, under
+/// `FallbackToLogsOnError` with that file empty and a non-zero exit, the
+/// tail of this start's log.
+fn termination_message(slot: &Slot, code: i32) -> String {
+    let fallback = code != 0
+        && slot.container.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+    let said = match &slot.termination_file {
+        Some(path) => match read_from(path, None, MAX_MESSAGE) {
+            Ok(data) => data,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return format!("Error on reading termination log {}: {e}", path.display()),
+        },
+        None => Vec::new(),
+    };
+    if !said.is_empty() || !fallback {
+        return String::from_utf8_lossy(&said).into_owned();
+    }
+    // The 80 lines' last 2 KiB always lie in the output's last 64 KiB.
+    match read_from(&slot.log_path, Some(slot.log_offset), 64 * 1024) {
+        Ok(out) => String::from_utf8_lossy(log_tail(&out)).into_owned(),
+        Err(e) => format!("Error on reading termination message from logs: {e}"),
+    }
+}
+
+/// The last `max` bytes of `path` from `start` on (the whole file: None).
+fn read_from(path: &Path, start: Option<u64>, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(max).max(start.unwrap_or(0));
+    f.seek(SeekFrom::Start(from))?;
+    let mut data = Vec::new();
+    f.take(len - from.min(len)).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// The last [`MAX_LOG_LINES`] lines of `out`, cut to their last
+/// [`MAX_LOG_MESSAGE`] bytes.
+fn log_tail(out: &[u8]) -> &[u8] {
+    let body = out.strip_suffix(b"\n").unwrap_or(out);
+    let start = body
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|&(_, b)| *b == b'\n')
+        .nth(MAX_LOG_LINES - 1)
+        .map_or(0, |(i, _)| i + 1);
+    let lines = &out[start..];
+    &lines[lines.len().saturating_sub(MAX_LOG_MESSAGE)..]
+}
 
 impl Worker {
     /// The variables every container gets for the `kubernetes` Service. A
@@ -127,14 +201,29 @@ impl Worker {
             Err(e) => return self.config_failed(e.to_string()),
         };
         let log_path = self.cur_ref().log_path.clone();
-        let spawned = self.spawn(&plan, &log_path);
+        let file = match self.termination_file() {
+            Ok(file) => file,
+            Err(e) => return self.start_failed(format!("creating the termination log: {e}")),
+        };
+        let slot = self.cur_ref();
+        // etcd's programs see their volumes through rewritten paths, not
+        // mounts, so nothing can put the file at their path; etcd never
+        // writes one anyway, and FallbackToLogsOnError still works.
+        let files: Vec<(PathBuf, String)> = match (&file, termination_path(&slot.container)) {
+            (Some(file), Some(at)) if plan.release.is_none() => vec![(file.clone(), at)],
+            _ => Vec::new(),
+        };
+        let spawned = self.spawn(&plan, &log_path, &files);
         let program = plan.program.clone();
-        self.cur().plan = Some(plan);
+        let slot = self.cur();
+        slot.plan = Some(plan);
+        slot.termination_file = file;
         match spawned {
-            Ok(child) => {
+            Ok((child, log_offset)) => {
                 let pid = child.id().unwrap_or(0);
                 let started = Instant::now();
                 let slot = self.cur();
+                slot.log_offset = log_offset;
                 if slot.runs > 0 {
                     slot.restart_count += 1;
                 }
@@ -171,9 +260,33 @@ impl Worker {
         }
     }
 
+    /// A fresh, empty, world-writable file for the termination message of
+    /// the start due, as the kubelet makes one per container start under
+    /// `pods/<uid>/containers/<name>/` (writable by whatever user the
+    /// container runs as). None when the container has no
+    /// `terminationMessagePath`.
+    fn termination_file(&self) -> std::io::Result<Option<PathBuf>> {
+        let slot = self.cur_ref();
+        if termination_path(&slot.container).is_none() {
+            return Ok(None);
+        }
+        let dir = self.dir.join("containers").join(&slot.container.name);
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join((slot.runs + 1).to_string());
+        std::fs::File::create(&file)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))?;
+        Ok(Some(file))
+    }
+
     /// Spawns `plan`'s process with its stdout and stderr appended to
-    /// `log_path`.
-    fn spawn(&self, plan: &LaunchPlan, log_path: &Path) -> std::io::Result<Child> {
+    /// `log_path`, and `files` (host file, path in the container) bound in
+    /// its mount namespace. Also returns where its output starts in the log.
+    fn spawn(
+        &self,
+        plan: &LaunchPlan,
+        log_path: &Path,
+        files: &[(PathBuf, String)],
+    ) -> std::io::Result<(Child, u64)> {
         let mut note = None;
         let run_as = match &plan.run_as {
             Some(u) if exec::can_run_as(u) => Some(u.clone()),
@@ -203,6 +316,7 @@ impl Worker {
         if let Some(note) = &note {
             writeln!(log, "--- steward-testbed kubelet: {note}")?;
         }
+        let log_offset = log.metadata()?.len();
         let err = log.try_clone()?;
         // The image is opened before the container's mounts exist and
         // executed through its descriptor (execveat AT_EMPTY_PATH): a
@@ -271,7 +385,7 @@ impl Worker {
             // reaches the kubelet, which then stops etcd in order.
             .process_group(0)
             .kill_on_drop(true);
-        let mut mounts = mounts::Private::new(&plan.binds)?;
+        let mut mounts = mounts::Private::new(&plan.binds, files)?;
         // SAFETY: prctl, unshare, mount, mkdir, chdir, the set*id calls
         // and execveat are async-signal-safe system calls on memory
         // prepared before the fork; nothing else runs in the child.
@@ -284,7 +398,7 @@ impl Worker {
         }
         let child = cmd.spawn();
         drop(image);
-        child
+        Ok((child?, log_offset))
     }
 
     /// The container could not be started: `RunContainerError` and a
@@ -367,6 +481,15 @@ impl Worker {
         }
         if let Some(note) = note {
             terminated["message"] = json!(note);
+        }
+        let said = termination_message(slot, code);
+        if !said.is_empty() {
+            // As the kubelet: the container's words follow the runtime's.
+            let message = match terminated["message"].as_str() {
+                Some(m) if !m.is_empty() => format!("{m}: {said}"),
+                _ => said,
+            };
+            terminated["message"] = json!(message);
         }
         slot.terminated = Some(json!({ "terminated": terminated }));
         slot.last_exit = Some(code);
@@ -482,5 +605,32 @@ impl Worker {
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_log_tail_is_the_last_80_lines_within_2_kib() {
+        let lines: String = (1..=100).map(|i| format!("line {i}\n")).collect();
+        let tail = String::from_utf8(super::log_tail(lines.as_bytes()).to_vec()).unwrap();
+        let want: String = (21..=100).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(tail, want);
+        let unterminated = "a\nb";
+        assert_eq!(super::log_tail(unterminated.as_bytes()), b"a\nb");
+        let long = "x".repeat(3000) + "\n";
+        assert_eq!(super::log_tail(long.as_bytes()).len(), 2048);
+        assert!(super::log_tail(long.as_bytes()).ends_with(b"x\n"));
+    }
+
+    #[test]
+    fn the_file_is_read_from_its_end() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, "0123456789").unwrap();
+        assert_eq!(super::read_from(&p, None, 4).unwrap(), b"6789");
+        assert_eq!(super::read_from(&p, Some(8), 4).unwrap(), b"89");
+        assert_eq!(super::read_from(&p, Some(2), 100).unwrap(), b"23456789");
+        assert_eq!(super::read_from(&p, Some(20), 100).unwrap(), b"");
     }
 }
