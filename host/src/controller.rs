@@ -139,6 +139,9 @@ pub async fn run(
         w.schedules.store().clone(),
     )
     .owns_shared_stream(w.snapshots.subscribe())
+    // Retention's remove Pods (a claim's files): their end lets the
+    // expired run's EtcdSnapshot go.
+    .owns_shared_stream(w.pods.subscribe())
     .run(
         crate::schedule::reconcile_schedule,
         error_policy,

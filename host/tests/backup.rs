@@ -719,6 +719,72 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             assert!(files.is_empty(), "a failed save leaves nothing: {files:?}");
         }
 
+        // A schedule to the claim keeping the last run: retention's remove
+        // Pods delete the expired runs' files, and never a file the
+        // schedule did not write.
+        let claim_dir = env.plane.kubelet().claim_dirs("default", "backups")[0].clone();
+        std::fs::create_dir_all(claim_dir.join("sched")).unwrap();
+        std::fs::write(claim_dir.join("sched/not-ours.db"), b"left alone").unwrap();
+        let schedules: Api<EtcdBackupSchedule> = Api::namespaced(env.client.clone(), NS);
+        let schedule: EtcdBackupSchedule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdBackupSchedule",
+            "metadata": {"name": "toclaim"},
+            "spec": {
+                "clusterRef": {"name": "bk"},
+                "schedule": "*/5 * * * * *",
+                "destination": {"pvc": {"claimName": "backups", "subPath": "sched"}},
+                "retention": {"keepLast": 1},
+            },
+        }))
+        .unwrap();
+        schedules
+            .create(&PostParams::default(), &schedule)
+            .await
+            .unwrap();
+        let start = std::time::Instant::now();
+        let mut completed = std::collections::BTreeSet::new();
+        let (kept, files) = loop {
+            let runs = snapshots(&env)
+                .list(&kube::api::ListParams::default().labels("etcd.steward.dev/schedule=toclaim"))
+                .await
+                .unwrap()
+                .items;
+            let complete: Vec<String> = runs
+                .iter()
+                .filter(|r| phase(r).as_deref() == Some("Complete"))
+                .map(|r| r.name_any())
+                .collect();
+            completed.extend(complete.iter().cloned());
+            let mut files: Vec<String> = std::fs::read_dir(claim_dir.join("sched"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            files.sort();
+            let expired_gone = completed
+                .iter()
+                .filter(|n| !complete.contains(n))
+                .all(|n| !files.contains(&format!("{n}.db")));
+            if completed.len() >= 3 && complete.len() == 1 && expired_gone {
+                break (complete, files);
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "retention on the claim: completed {completed:?}, complete now {complete:?}, files {files:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        };
+        assert!(files.contains(&format!("{}.db", kept[0])), "{files:?}");
+        assert_eq!(
+            std::fs::read(claim_dir.join("sched/not-ours.db")).unwrap(),
+            b"left alone"
+        );
+        schedules
+            .delete("toclaim", &Default::default())
+            .await
+            .unwrap();
+
         // 2. Bad input, all at once: each gets its reason, an Event, and
         // Failed once the attempts are spent; nothing is overwritten.
         s3.put(

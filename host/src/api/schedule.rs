@@ -68,15 +68,9 @@ pub struct EtcdBackupScheduleSpec {
     /// No new snapshots while true; retention still runs.
     #[serde(default)]
     pub suspend: bool,
-    /// Where each snapshot goes: as an EtcdSnapshot's. The object of a run
-    /// is `<key>/<schedule>-<UTC time of the run>.db`. S3 only: retention
-    /// deletes the objects a schedule wrote, which on a PVC would take a
-    /// Pod per deletion (not implemented; a PVC takes one-shot snapshots).
-    #[x_kube(
-        validation = Rule::new("!has(self.pvc)").message(
-            "spec.destination.pvc is not supported for schedules (retention deletes only S3 objects); use destination.s3, or one-shot EtcdSnapshots to a PVC"
-        ).reason(Reason::FieldValueForbidden),
-    )]
+    /// Where each snapshot goes: as an EtcdSnapshot's. The object (or file)
+    /// of a run is `<key>/<schedule>-<UTC time of the run>.db`
+    /// (`<subPath>/…` on a claim).
     pub destination: SnapshotLocation,
     /// How each run is verified: as an EtcdSnapshot's `spec.verify`.
     #[serde(default)]

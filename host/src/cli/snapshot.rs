@@ -31,6 +31,10 @@ pub enum SnapshotCommand {
     /// ETCD_STEWARD_S3_CA_BUNDLE. Nothing is left at --out unless both
     /// checks pass.
     Fetch(FetchArgs),
+    /// Delete a snapshot file, only if its sha256 is --sha256 (a file
+    /// this snapshot did not write is left alone, and that is an error).
+    /// A missing file is no error. The outcome goes to --report as JSON.
+    Remove(RemoveArgs),
     /// Move a restored member directory (`<staging>/member`) into an etcd
     /// data directory, unless that already has a member; then remove
     /// --clear. Existing data is never replaced.
@@ -82,6 +86,17 @@ pub struct FetchArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct RemoveArgs {
+    #[arg(long)]
+    pub file: PathBuf,
+    /// The sha256 the file must have (hex, or sha256:<hex>).
+    #[arg(long)]
+    pub sha256: String,
+    #[arg(long, default_value = TERMINATION_LOG)]
+    pub report: PathBuf,
+}
+
+#[derive(Debug, Args)]
 pub struct InstallArgs {
     #[arg(long)]
     pub staging: PathBuf,
@@ -101,6 +116,7 @@ pub fn run(command: SnapshotCommand) -> anyhow::Result<()> {
     match command {
         SnapshotCommand::Save(args) => runtime()?.block_on(save(args)),
         SnapshotCommand::Fetch(args) => runtime()?.block_on(fetch(args)),
+        SnapshotCommand::Remove(args) => remove_file(&args),
         SnapshotCommand::Install(args) => install(&args),
     }
 }
@@ -369,6 +385,70 @@ async fn fetch_to_file(args: &FetchArgs) -> anyhow::Result<()> {
     }
 }
 
+fn remove_file(args: &RemoveArgs) -> anyhow::Result<()> {
+    let outcome = remove_if_written(args);
+    let report = match &outcome {
+        Ok(existed) => Report::Removed { existed: *existed },
+        Err(p) => Report::Failed {
+            reason: p.reason.to_owned(),
+            message: p.message.clone(),
+        },
+    };
+    let json = serde_json::to_string(&report)?;
+    if let Err(e) = std::fs::write(&args.report, &json) {
+        eprintln!("writing the report to {}: {e}", args.report.display());
+    }
+    println!("{json}");
+    outcome
+        .map(drop)
+        .map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))
+}
+
+/// Whether the file existed; it is gone either way on success.
+fn remove_if_written(args: &RemoveArgs) -> Result<bool, Problem> {
+    use sha2::Digest;
+    use std::io::Read;
+    let path = &args.file;
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_problem("opening", path, &e)),
+    };
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| io_problem("reading", path, &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let has = hex::encode(hasher.finalize());
+    let want = args
+        .sha256
+        .strip_prefix("sha256:")
+        .unwrap_or(&args.sha256)
+        .to_ascii_lowercase();
+    if has != want {
+        return Err(Problem::retry(
+            reason::OBJECT_EXISTS,
+            format!(
+                "{} has sha256 {has}, not the run's {want}: it is not the file this snapshot wrote, and is left alone",
+                path.display()
+            ),
+        ));
+    }
+    std::fs::remove_file(path).map_err(|e| io_problem("removing", path, &e))?;
+    if let Some(dir) = path.parent()
+        && let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all())
+    {
+        return Err(io_problem("syncing the directory of", path, &e));
+    }
+    Ok(true)
+}
+
 fn install(args: &InstallArgs) -> anyhow::Result<()> {
     let existing = args.data_dir.join("member");
     let staged = args.staging.join("member");
@@ -411,6 +491,26 @@ fn remove(dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remove_deletes_only_the_file_with_the_runs_checksum() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("run.db");
+        std::fs::write(&file, b"the run's bytes").unwrap();
+        let sha = hex::encode(sha2::Sha256::digest(b"the run's bytes"));
+        let args = |sha256: &str| RemoveArgs {
+            file: file.clone(),
+            sha256: sha256.to_owned(),
+            report: dir.path().join("report"),
+        };
+        let err = remove_if_written(&args(&"0".repeat(64))).unwrap_err();
+        assert_eq!(err.reason, reason::OBJECT_EXISTS);
+        assert!(file.exists(), "another file is left alone");
+        assert_eq!(remove_if_written(&args(&format!("sha256:{sha}"))), Ok(true));
+        assert!(!file.exists());
+        assert_eq!(remove_if_written(&args(&sha)), Ok(false), "already gone");
+    }
 
     #[test]
     fn install_moves_a_staged_member_once_and_never_over_existing_data() {

@@ -15,7 +15,9 @@
 //! - [`act`] creates the run's EtcdSnapshot (its controller takes, uploads
 //!   and verifies it) and deletes what retention drops: the object first,
 //!   and only if its metadata names the EtcdSnapshot that wrote it, then
-//!   the EtcdSnapshot. Nothing else in the bucket is ever touched.
+//!   the EtcdSnapshot. Nothing else in the bucket is ever touched. On a
+//!   claim, a remove Pod deletes the run's file only if its sha256 is the
+//!   run's checksum, and the EtcdSnapshot goes once that Pod succeeded.
 //!
 //! A run is not started while the previous one is still in progress (as a
 //! CronJob's `concurrencyPolicy: Forbid`); the slot it missed is taken once
@@ -27,6 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
@@ -40,6 +43,7 @@ use crate::api::{
 };
 use crate::context::Context;
 use crate::error::Error;
+use crate::snapshot::{Problem, pod, reason};
 
 /// The longest schedule name: it is the value of [`LABEL_SCHEDULE`].
 const MAX_NAME: usize = 63;
@@ -498,8 +502,11 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
         else {
             continue;
         };
-        match expire_object(&snap, ctx).await {
-            Ok(()) => {}
+        match expire_object(s, &snap, ctx).await {
+            Ok(Expired::Gone) => {}
+            // A file on a claim is deleted by a Pod: the EtcdSnapshot goes
+            // once it has succeeded (its end wakes this schedule).
+            Ok(Expired::InProgress) => continue,
             Err(problem) => {
                 event(
                     s,
@@ -522,17 +529,86 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
     }
 }
 
-/// Deletes the snapshot's object, if that snapshot wrote it.
-async fn expire_object(snap: &EtcdSnapshot, ctx: &Context) -> Result<(), crate::snapshot::Problem> {
+enum Expired {
+    Gone,
+    InProgress,
+}
+
+/// Deletes the snapshot's object or file, if that snapshot wrote it.
+async fn expire_object(
+    schedule: &EtcdBackupSchedule,
+    snap: &EtcdSnapshot,
+    ctx: &Context,
+) -> Result<Expired, Problem> {
+    if snap.spec.destination.pvc.is_some() {
+        return expire_file(schedule, snap, ctx).await;
+    }
     let Some(location) = snap.spec.destination.s3.as_ref() else {
-        return Ok(());
+        return Ok(Expired::Gone);
     };
     let ns = snap.namespace().unwrap_or_default();
     let credentials = crate::snapshot::credentials(ctx, &ns, location).await?;
     let dest = crate::snapshot::store::Destination::new(location, &snap.name_any(), &credentials)?;
     dest.delete_if_written_by(&snap.uid().unwrap_or_default())
         .await
-        .map(drop)
+        .map(|_| Expired::Gone)
+}
+
+/// A run's file on a claim: deleted by a remove Pod of the schedule's,
+/// only if its sha256 is the run's checksum.
+async fn expire_file(
+    schedule: &EtcdBackupSchedule,
+    snap: &EtcdSnapshot,
+    ctx: &Context,
+) -> Result<Expired, Problem> {
+    let Some(artifact) = snap.status.as_ref().and_then(|s| s.artifact.clone()) else {
+        return Ok(Expired::Gone);
+    };
+    let Some(file) = pod::parse_pvc_uri(&artifact.uri) else {
+        return Ok(Expired::Gone);
+    };
+    let ns = snap.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = pod::remove_pod_name(&snap.name_any());
+    let kube_problem =
+        |e: kube::Error| Problem::retry(reason::POD_FAILED, format!("Pod {name}: {e}"));
+    let Some(existing) = pods.get_opt(&name).await.map_err(kube_problem)? else {
+        let remove = pod::remove_pod(
+            schedule,
+            snap,
+            &file,
+            &artifact.checksum,
+            &ctx.config.operator_image,
+        );
+        pods.create(&PostParams::default(), &remove)
+            .await
+            .map_err(kube_problem)?;
+        return Ok(Expired::InProgress);
+    };
+    let ours = existing
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == schedule.metadata.uid.as_ref());
+    if !ours {
+        return Err(Problem::retry(
+            reason::POD_FAILED,
+            format!(
+                "Pod {name} exists and is not controlled by this schedule; delete or rename it"
+            ),
+        ));
+    }
+    if existing.metadata.deletion_timestamp.is_some() {
+        return Ok(Expired::InProgress);
+    }
+    let outcome = pod::outcome(&existing);
+    if !matches!(outcome, pod::Outcome::Running) {
+        let _ = pods.delete(&name, &DeleteParams::background()).await;
+    }
+    match outcome {
+        pod::Outcome::Running => Ok(Expired::InProgress),
+        pod::Outcome::Succeeded(_) => Ok(Expired::Gone),
+        pod::Outcome::Failed(problem) => Err(problem),
+    }
 }
 
 /// The EtcdSnapshot of one run: owned by the schedule, labelled with it,

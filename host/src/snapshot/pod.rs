@@ -15,9 +15,14 @@
 //!   address. The operator itself asks that etcd for its revision and
 //!   keyspace hash: the verdict is the operator's, from its own RPCs.
 //!
-//! Both Pods are owned by their EtcdSnapshot, carry the managed-by label
-//! (so the operator's Pod watch sees them and wakes the snapshot), run
-//! once (`restartPolicy: Never`) and are deleted once read.
+//! - **Remove** (`<snapshot>-remove`, retention of a schedule writing to a
+//!   claim): deletes the run's file, only if its sha256 is the run's.
+//!
+//! The save and verify Pods are owned by their EtcdSnapshot, a remove Pod
+//! by the schedule (the run's EtcdSnapshot is deleted only after it). All
+//! carry the managed-by label (so the operator's Pod watch sees them and
+//! wakes their owner), run once (`restartPolicy: Never`) and are deleted
+//! once read.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +63,10 @@ pub enum Report {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         keyspace_hash: Option<KeyspaceHash>,
     },
+    /// `snapshot remove`: the file is gone (or was already).
+    Removed {
+        existed: bool,
+    },
     Failed {
         reason: String,
         message: String,
@@ -95,15 +104,73 @@ pub fn verify_pod_name(snapshot: &str) -> String {
     format!("{snapshot}-verify")
 }
 
+pub fn remove_pod_name(snapshot: &str) -> String {
+    format!("{snapshot}-remove")
+}
+
 fn metadata(snap: &EtcdSnapshot, name: String) -> ObjectMeta {
+    owned_by(
+        snap.controller_owner_ref(&()),
+        snap.meta().namespace.clone(),
+        name,
+    )
+}
+
+fn owned_by(
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    namespace: Option<String>,
+    name: String,
+) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
-        namespace: snap.meta().namespace.clone(),
+        namespace,
         labels: Some(BTreeMap::from([(
             LABEL_MANAGED_BY.to_owned(),
             MANAGER.to_owned(),
         )])),
-        owner_references: snap.controller_owner_ref(&()).map(|o| vec![o]),
+        owner_references: owner.map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+/// The Pod that deletes a scheduled run's file from its claim, for
+/// retention: only if the file's sha256 is the run's checksum, so a file
+/// the run did not write is left alone. Owned by the schedule, which
+/// deletes the run's EtcdSnapshot only once this Pod succeeded.
+pub fn remove_pod(
+    schedule: &crate::api::EtcdBackupSchedule,
+    snap: &EtcdSnapshot,
+    claim: &PvcLocation,
+    sha256: &str,
+    operator_image: &str,
+) -> Pod {
+    let name = snap.meta().name.clone().unwrap_or_default();
+    let file = claim.sub_path.clone().unwrap_or_default();
+    Pod {
+        metadata: owned_by(
+            schedule.controller_owner_ref(&()),
+            schedule.meta().namespace.clone(),
+            remove_pod_name(&name),
+        ),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            containers: vec![reporting(Container {
+                name: "remove".to_owned(),
+                image: Some(operator_image.to_owned()),
+                args: Some(vec![
+                    "snapshot".to_owned(),
+                    "remove".to_owned(),
+                    format!("--file={BACKUP_MOUNT}/{}", file.trim_start_matches('/')),
+                    format!("--sha256={sha256}"),
+                    format!("--report={TERMINATION_LOG}"),
+                ]),
+                volume_mounts: Some(vec![mount("backup", BACKUP_MOUNT, false)]),
+                security_context: Some(as_root()),
+                ..Default::default()
+            })],
+            volumes: Some(vec![claim_volume(claim, false)]),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

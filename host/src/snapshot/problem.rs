@@ -65,6 +65,7 @@ pub mod reason {
         [
             VOLUME_FULL,
             WRITE_FAILED,
+            OBJECT_EXISTS,
             SNAPSHOT_STREAM_FAILED,
             INTEGRITY_CHECK_FAILED,
             VERIFICATION_FAILED,
