@@ -139,9 +139,12 @@ pub async fn run(
         w.schedules.store().clone(),
     )
     .owns_shared_stream(w.snapshots.subscribe())
-    // Retention's remove Pods (a claim's files): their end lets the
-    // expired run's EtcdSnapshot go.
-    .owns_shared_stream(w.pods.subscribe())
+    // Retention's remove Pods (a claim's files, owned by the run): their
+    // end lets the expired run's EtcdSnapshot go.
+    .watches_shared_stream(w.pods.subscribe(), |pod: Arc<Pod>| {
+        let schedule = pod.labels().get(crate::api::LABEL_SCHEDULE)?.clone();
+        Some(ObjectRef::new(&schedule).within(&pod.namespace()?))
+    })
     .run(
         crate::schedule::reconcile_schedule,
         error_policy,

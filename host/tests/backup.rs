@@ -613,7 +613,7 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             ("True", "Restored"),
             "{message}"
         );
-        assert!(message.contains("keyspace hash"), "{message}");
+        assert!(message.contains("matches the source's"), "{message}");
         let hash = pvc_status
             .keyspace_hash
             .expect("the source's HashKV is recorded");
@@ -642,7 +642,11 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
         // The save and verify Pods are gone once read.
         wait_no_pods(&env, &["bk-pvc-save", "bk-pvc-verify"]).await;
 
-        // The same verification on S3.
+        // The same verification on S3, with the source's HashKV failing
+        // (an injected timeout): the restore still proves the revision,
+        // and the status says that only the revision was compared.
+        env.faults
+            .inject(Fault::fail(Rpc::HashKv, ProbeErrorKind::Timeout).times(1));
         create_verified_s3_snapshot(&env, "bk-s3-restored", "bk", &s3.endpoint()).await;
         let s = wait_terminal(&env, "bk-s3-restored").await;
         let (verified, how, message) = snap_condition(&s, "Verified").unwrap();
@@ -651,6 +655,11 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             (Some("Complete"), "True", "Restored"),
             "{message}"
         );
+        assert!(
+            message.contains("only the revision was compared"),
+            "{message}"
+        );
+        assert!(s.status.as_ref().unwrap().keyspace_hash.is_none());
 
         // A new cluster restored from the snapshot on the claim: the seed's
         // Pod copies it from the claim (read-only) and checks its sha256.
@@ -676,8 +685,9 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             .unwrap();
 
         // A full PVC: a claim with a real capacity, smaller than the
-        // snapshot. The attempt fails with VolumeFull, an Event says so,
-        // and no partial file is left behind.
+        // snapshot. The snapshot fails with VolumeFull at once (a full
+        // volume is not retried), an Event says so, and no partial file is
+        // left behind.
         let tiny = (pvc_artifact.size_bytes / 2).max(4096);
         create_claim(
             &env,
@@ -687,17 +697,22 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
         )
         .await;
         create_pvc_snapshot(&env, "bk-full", "bk", "tiny", false).await;
-        let s = wait_snapshot(&env, "bk-full", "Ready=False/VolumeFull", |s| {
-            snap_condition(s, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "VolumeFull")
-        })
-        .await;
-        let (_, _, message) = snap_condition(&s, "Ready").unwrap();
-        assert!(
-            message.contains("No space left on device") || message.contains("storage full"),
+        let s = wait_terminal(&env, "bk-full").await;
+        assert_eq!(
+            phase(&s).as_deref(),
+            Some("Failed"),
+            "not retried: {:#?}",
+            s.status
+        );
+        let (ready, why, message) = snap_condition(&s, "Ready").unwrap();
+        assert_eq!(
+            (ready.as_str(), why.as_str()),
+            ("False", "VolumeFull"),
             "{message}"
         );
-        let (verified, _, _) = snap_condition(&s, "Verified").unwrap();
-        assert_eq!(verified, "False");
+        assert!(message.contains("No space left on device"), "{message}");
+        assert_eq!(snap_condition(&s, "Stalled").unwrap().0, "True");
+        assert_eq!(snap_condition(&s, "Verified").unwrap().0, "False");
         assert!(s.status.as_ref().unwrap().artifact.is_none());
         let events = snapshot_events(&env, "bk-full").await;
         assert!(
@@ -706,22 +721,18 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
                 .any(|(t, r, _)| t == "Warning" && r == "VolumeFull"),
             "{events:?}"
         );
-        snapshots(&env)
-            .delete("bk-full", &Default::default())
-            .await
-            .unwrap();
         wait_no_pods(&env, &["bk-full-save"]).await;
-        for dir in env.plane.kubelet().claim_dirs("default", "tiny") {
-            let mut files = Vec::new();
-            for e in walkdir(&dir) {
-                files.push(e);
-            }
+        let dirs = env.plane.kubelet().claim_dirs("default", "tiny");
+        assert!(!dirs.is_empty(), "the claim was provisioned");
+        for dir in dirs {
+            let files = walkdir(&dir);
             assert!(files.is_empty(), "a failed save leaves nothing: {files:?}");
         }
 
-        // A schedule to the claim keeping the last run: retention's remove
-        // Pods delete the expired runs' files, and never a file the
-        // schedule did not write.
+        // A schedule to the claim: retention's remove Pods delete the
+        // expired runs' files, and never a file the run did not write: a
+        // file of the test's own beside them, nor a run's file whose bytes
+        // were replaced.
         let claim_dir = env.plane.kubelet().claim_dirs("default", "backups")[0].clone();
         std::fs::create_dir_all(claim_dir.join("sched")).unwrap();
         std::fs::write(claim_dir.join("sched/not-ours.db"), b"left alone").unwrap();
@@ -734,7 +745,7 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
                 "clusterRef": {"name": "bk"},
                 "schedule": "*/5 * * * * *",
                 "destination": {"pvc": {"claimName": "backups", "subPath": "sched"}},
-                "retention": {"keepLast": 1},
+                "retention": {"keepLast": 2},
             },
         }))
         .unwrap();
@@ -742,14 +753,75 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
             .create(&PostParams::default(), &schedule)
             .await
             .unwrap();
+        let claim_runs = |env: &Env| {
+            let api = snapshots(env);
+            async move {
+                let mut v: Vec<EtcdSnapshot> = api
+                    .list(
+                        &kube::api::ListParams::default()
+                            .labels("etcd.steward.dev/schedule=toclaim"),
+                    )
+                    .await
+                    .unwrap()
+                    .items;
+                v.sort_by_key(|s| s.metadata.name.clone());
+                v
+            }
+        };
+        let patch_schedule = |spec: serde_json::Value| {
+            let schedules = schedules.clone();
+            async move {
+                schedules
+                    .patch(
+                        "toclaim",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(serde_json::json!({"spec": spec})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+        // One run taken; then suspended, and the run in progress let end,
+        // so nothing is expired while one run's file is replaced.
+        let start = std::time::Instant::now();
+        while !claim_runs(&env)
+            .await
+            .iter()
+            .any(|r| phase(r).as_deref() == Some("Complete"))
+        {
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "no run to the claim completed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        patch_schedule(serde_json::json!({"suspend": true})).await;
+        let start = std::time::Instant::now();
+        while claim_runs(&env)
+            .await
+            .iter()
+            .any(|r| !matches!(phase(r).as_deref(), Some("Complete" | "Failed")))
+        {
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "a suspended schedule's run never ended"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let replaced = claim_runs(&env)
+            .await
+            .into_iter()
+            .find(|r| phase(r).as_deref() == Some("Complete"))
+            .unwrap()
+            .name_any();
+        let replaced_file = claim_dir.join(format!("sched/{replaced}.db"));
+        assert!(replaced_file.exists(), "{replaced_file:?}");
+        std::fs::write(&replaced_file, b"someone else's bytes").unwrap();
+        patch_schedule(serde_json::json!({"suspend": false, "retention": {"keepLast": 1}})).await;
         let start = std::time::Instant::now();
         let mut completed = std::collections::BTreeSet::new();
         let (kept, files) = loop {
-            let runs = snapshots(&env)
-                .list(&kube::api::ListParams::default().labels("etcd.steward.dev/schedule=toclaim"))
-                .await
-                .unwrap()
-                .items;
+            let runs = claim_runs(&env).await;
             let complete: Vec<String> = runs
                 .iter()
                 .filter(|r| phase(r).as_deref() == Some("Complete"))
@@ -762,11 +834,17 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect();
             files.sort();
-            let expired_gone = completed
+            let expired: Vec<&String> =
+                completed.iter().filter(|n| !complete.contains(n)).collect();
+            let expired_gone = expired
                 .iter()
-                .filter(|n| !complete.contains(n))
+                .filter(|n| **n != &replaced)
                 .all(|n| !files.contains(&format!("{n}.db")));
-            if completed.len() >= 3 && complete.len() == 1 && expired_gone {
+            if completed.len() >= 4
+                && complete.len() == 1
+                && expired.contains(&&replaced)
+                && expired_gone
+            {
                 break (complete, files);
             }
             assert!(
@@ -779,6 +857,30 @@ fn snapshots_are_streamed_to_s3_read_back_and_restore_and_every_fault_is_reporte
         assert_eq!(
             std::fs::read(claim_dir.join("sched/not-ours.db")).unwrap(),
             b"left alone"
+        );
+        assert_eq!(
+            std::fs::read(&replaced_file).unwrap(),
+            b"someone else's bytes",
+            "a file the run did not write is left alone"
+        );
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(env.client.clone(), NS);
+        let left_alone = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .any(|e| {
+                e.regarding
+                    .as_ref()
+                    .is_some_and(|r| r.name.as_deref() == Some("toclaim"))
+                    && e.reason.as_deref() == Some("ObjectExists")
+                    && e.note.as_deref().is_some_and(|n| n.contains(&replaced))
+            });
+        assert!(
+            left_alone,
+            "a Warning Event names the run whose file was left alone"
         );
         schedules
             .delete("toclaim", &Default::default())

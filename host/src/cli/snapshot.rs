@@ -130,7 +130,7 @@ async fn save(args: SaveArgs) -> anyhow::Result<()> {
             message: p.message.clone(),
         },
     };
-    let json = serde_json::to_string(&report)?;
+    let json = serde_json::to_string(&bounded(report))?;
     if let Err(e) = std::fs::write(&args.report, &json) {
         eprintln!("writing the report to {}: {e}", args.report.display());
     }
@@ -138,6 +138,32 @@ async fn save(args: SaveArgs) -> anyhow::Result<()> {
     match outcome {
         Ok(_) => Ok(()),
         Err(p) => bail!("{}: {}", p.reason, p.message),
+    }
+}
+
+/// A report that fits a termination message (the kubelet keeps 4096
+/// bytes): a long error message is cut, never the JSON around it.
+fn bounded(report: Report) -> Report {
+    const MAX: usize = 3072;
+    let cut = |m: String| {
+        if m.len() <= MAX {
+            return m;
+        }
+        let mut end = MAX;
+        while !m.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &m[..end])
+    };
+    match report {
+        Report::Failed { reason, message } => Report::Failed {
+            reason,
+            message: cut(message),
+        },
+        Report::LeftAlone { message } => Report::LeftAlone {
+            message: cut(message),
+        },
+        other => other,
     }
 }
 
@@ -327,7 +353,7 @@ async fn fetch(args: FetchArgs) -> anyhow::Result<()> {
             reason: reason::known(named).to_owned(),
             message: message.to_owned(),
         };
-        let _ = std::fs::write(path, serde_json::to_string(&report)?);
+        let _ = std::fs::write(path, serde_json::to_string(&bounded(report))?);
     }
     outcome
 }
@@ -389,19 +415,25 @@ fn remove_file(args: &RemoveArgs) -> anyhow::Result<()> {
     let outcome = remove_if_written(args);
     let report = match &outcome {
         Ok(existed) => Report::Removed { existed: *existed },
+        // Not this run's file: left alone, and that is the outcome, not a
+        // failure to retry.
+        Err(p) if p.reason == reason::OBJECT_EXISTS => Report::LeftAlone {
+            message: p.message.clone(),
+        },
         Err(p) => Report::Failed {
             reason: p.reason.to_owned(),
             message: p.message.clone(),
         },
     };
-    let json = serde_json::to_string(&report)?;
+    let json = serde_json::to_string(&bounded(report))?;
     if let Err(e) = std::fs::write(&args.report, &json) {
         eprintln!("writing the report to {}: {e}", args.report.display());
     }
     println!("{json}");
-    outcome
-        .map(drop)
-        .map_err(|p| anyhow::anyhow!("{}: {}", p.reason, p.message))
+    match outcome {
+        Err(p) if p.reason != reason::OBJECT_EXISTS => bail!("{}: {}", p.reason, p.message),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the file existed; it is gone either way on success.

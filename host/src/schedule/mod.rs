@@ -17,7 +17,8 @@
 //!   and only if its metadata names the EtcdSnapshot that wrote it, then
 //!   the EtcdSnapshot. Nothing else in the bucket is ever touched. On a
 //!   claim, a remove Pod deletes the run's file only if its sha256 is the
-//!   run's checksum, and the EtcdSnapshot goes once that Pod succeeded.
+//!   run's checksum (another file is left alone, with a Warning Event),
+//!   and the EtcdSnapshot goes once that Pod has succeeded.
 //!
 //! A run is not started while the previous one is still in progress (as a
 //! CronJob's `concurrencyPolicy: Forbid`); the slot it missed is taken once
@@ -504,6 +505,16 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
         };
         match expire_object(s, &snap, ctx).await {
             Ok(Expired::Gone) => {}
+            Ok(Expired::LeftAlone(why)) => {
+                event(
+                    s,
+                    KubeEventType::Warning,
+                    reason::OBJECT_EXISTS,
+                    &format!("retention left the file of {name} alone: {why}"),
+                    ctx,
+                )
+                .await
+            }
             // A file on a claim is deleted by a Pod: the EtcdSnapshot goes
             // once it has succeeded (its end wakes this schedule).
             Ok(Expired::InProgress) => continue,
@@ -531,6 +542,9 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
 
 enum Expired {
     Gone,
+    /// A file on a claim that the run did not write: left alone, and the
+    /// run goes (as an S3 object another writer replaced).
+    LeftAlone(String),
     InProgress,
 }
 
@@ -554,8 +568,13 @@ async fn expire_object(
         .map(|_| Expired::Gone)
 }
 
-/// A run's file on a claim: deleted by a remove Pod of the schedule's,
-/// only if its sha256 is the run's checksum.
+/// How long a failed remove Pod is kept before it is replaced: a failure
+/// that repeats is retried (and reported) once a minute, not on every
+/// wake-up.
+const REMOVE_RETRY: Duration = Duration::from_secs(60);
+
+/// A run's file on a claim: deleted by a remove Pod of the run's, only if
+/// its sha256 is the run's checksum.
 async fn expire_file(
     schedule: &EtcdBackupSchedule,
     snap: &EtcdSnapshot,
@@ -573,41 +592,61 @@ async fn expire_file(
     let kube_problem =
         |e: kube::Error| Problem::retry(reason::POD_FAILED, format!("Pod {name}: {e}"));
     let Some(existing) = pods.get_opt(&name).await.map_err(kube_problem)? else {
-        let remove = pod::remove_pod(
-            schedule,
+        let mut remove = pod::remove_pod(
+            &schedule.name_any(),
             snap,
             &file,
             &artifact.checksum,
             &ctx.config.operator_image,
         );
-        pods.create(&PostParams::default(), &remove)
-            .await
-            .map_err(kube_problem)?;
+        let cluster = ctx.watches.clusters.store().get(
+            &kube::runtime::reflector::ObjectRef::new(&snap.spec.cluster_ref.name).within(&ns),
+        );
+        pod::stamp(
+            &mut remove,
+            0,
+            cluster.and_then(|c| c.spec.image_pull_secrets.clone()),
+        );
+        match pods.create(&PostParams::default(), &remove).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(kube_problem(e)),
+        }
         return Ok(Expired::InProgress);
     };
     let ours = existing
         .owner_references()
         .iter()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == schedule.metadata.uid.as_ref());
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == snap.metadata.uid.as_ref());
     if !ours {
         return Err(Problem::retry(
             reason::POD_FAILED,
             format!(
-                "Pod {name} exists and is not controlled by this schedule; delete or rename it"
+                "Pod {name} exists and is not controlled by EtcdSnapshot {}; delete or rename it",
+                snap.name_any()
             ),
         ));
     }
     if existing.metadata.deletion_timestamp.is_some() {
         return Ok(Expired::InProgress);
     }
-    let outcome = pod::outcome(&existing);
-    if !matches!(outcome, pod::Outcome::Running) {
-        let _ = pods.delete(&name, &DeleteParams::background()).await;
-    }
-    match outcome {
+    match pod::outcome(&existing) {
         pod::Outcome::Running => Ok(Expired::InProgress),
-        pod::Outcome::Succeeded(_) => Ok(Expired::Gone),
-        pod::Outcome::Failed(problem) => Err(problem),
+        // The run is deleted next, and the Pod with it.
+        pod::Outcome::Succeeded(message) => Ok(match pod::report(&message) {
+            Some(pod::Report::LeftAlone { message }) => Expired::LeftAlone(message),
+            _ => Expired::Gone,
+        }),
+        pod::Outcome::Failed { problem, .. } => {
+            let failed_for = pod::finished_at(&existing)
+                .and_then(|t| Duration::try_from(jiff::Timestamp::now().duration_since(t)).ok())
+                .unwrap_or(REMOVE_RETRY);
+            if failed_for < REMOVE_RETRY {
+                return Ok(Expired::InProgress);
+            }
+            let _ = pods.delete(&name, &DeleteParams::background()).await;
+            Err(problem)
+        }
     }
 }
 

@@ -92,13 +92,27 @@ pub async fn reconcile_snapshot(
     snap: Arc<EtcdSnapshot>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let prev = snap.status.clone().unwrap_or_default();
-    if matches!(
-        prev.phase,
-        Some(SnapshotPhase::Complete | SnapshotPhase::Failed)
-    ) {
+    let terminal = |s: &EtcdSnapshot| {
+        matches!(
+            s.status.as_ref().and_then(|s| s.phase),
+            Some(SnapshotPhase::Complete | SnapshotPhase::Failed)
+        )
+    };
+    if terminal(&snap) {
         return Ok(Action::await_change());
     }
+    // The watch cache can lag this controller's own last write: its Pods
+    // wake it right after it wrote. What it acts on is the live object.
+    let api: Api<EtcdSnapshot> =
+        Api::namespaced(ctx.client.clone(), &snap.namespace().unwrap_or_default());
+    let Some(live) = api.get_opt(&snap.name_any()).await.map_err(Error::Kube)? else {
+        return Ok(Action::await_change());
+    };
+    let snap = Arc::new(live);
+    if terminal(&snap) {
+        return Ok(Action::await_change());
+    }
+    let prev = snap.status.clone().unwrap_or_default();
     if prev.phase == Some(SnapshotPhase::Started) && prev.artifact.is_some() {
         return verify_by_restore(&snap, &ctx).await;
     }
@@ -116,8 +130,9 @@ pub async fn reconcile_snapshot(
     }
     if prev.phase == Some(SnapshotPhase::Started) {
         // No reconcile of this object runs while another does, and each
-        // one that writes Started writes the outcome before it returns: a
-        // Started status on entry is an attempt the operator stopped in.
+        // one that writes Started for an S3 stream writes the outcome
+        // before it returns: a live Started status without an artifact is
+        // an attempt the operator stopped in.
         let cut = Problem::retry(
             reason::INTERRUPTED,
             format!(
@@ -199,8 +214,6 @@ async fn stored(
     verify_by_restore(&snap, ctx).await
 }
 
-/// How long a restore check may take to answer before it counts as failed.
-const VERIFY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often a Pod doing a snapshot's work is looked at, besides its
 /// own changes (which the Pod watch delivers).
 const POD_POLL: Duration = Duration::from_secs(5);
@@ -247,7 +260,57 @@ async fn delete_pod(snap: &EtcdSnapshot, name: &str, ctx: &Context) {
     }
 }
 
+/// How long a snapshot's Pod may take to start any container (an image
+/// that cannot be pulled, a Pod that cannot be scheduled, a claim that
+/// cannot attach) before the attempt counts as failed.
+const POD_START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The cluster's pull Secrets, for a snapshot's Pods.
+fn pull_secrets(
+    snap: &EtcdSnapshot,
+    ctx: &Context,
+) -> Option<Vec<k8s_openapi::api::core::v1::LocalObjectReference>> {
+    let ns = snap.namespace().unwrap_or_default();
+    ctx.watches
+        .clusters
+        .store()
+        .get(&ObjectRef::new(&snap.spec.cluster_ref.name).within(&ns))?
+        .spec
+        .image_pull_secrets
+        .clone()
+}
+
+/// Creates a snapshot's Pod for the current attempt.
+async fn create_pod(snap: &EtcdSnapshot, mut pod: Pod, ctx: &Context) -> Result<(), kube::Error> {
+    let attempt = snap.status.as_ref().map_or(0, |s| s.attempts);
+    pod::stamp(&mut pod, attempt, pull_secrets(snap, ctx));
+    match pods(snap, ctx).create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// This attempt's Pod of that name: a Pod of an earlier attempt (its
+/// delete failed) is deleted and reported as none yet.
+async fn attempt_pod(
+    snap: &EtcdSnapshot,
+    name: &str,
+    ctx: &Context,
+) -> Result<Result<Option<Pod>, String>, Error> {
+    let attempt = snap.status.as_ref().map_or(0, |s| s.attempts);
+    Ok(match own_pod(snap, name, ctx).await? {
+        Ok(Some(p)) if p.metadata.deletion_timestamp.is_some() => Ok(Some(p)),
+        Ok(Some(p)) if pod::attempt_of(&p) != Some(attempt) => {
+            delete_pod(snap, name, ctx).await;
+            Ok(Some(p))
+        }
+        other => other,
+    })
+}
+
 /// A `pvc` destination: the save Pod streams it; this reads its report.
+/// Every outcome is written to the status before the Pod is deleted.
 async fn save_to_claim(
     snap: Arc<EtcdSnapshot>,
     location: &PvcLocation,
@@ -255,12 +318,25 @@ async fn save_to_claim(
 ) -> Result<Action, Error> {
     let prev = snap.status.clone().unwrap_or_default();
     let name = pod::save_pod_name(&snap.name_any());
-    let existing = pods(&snap, &ctx)
-        .get_opt(&name)
-        .await
-        .map_err(Error::Kube)?;
+    let started = prev.phase == Some(SnapshotPhase::Started);
+    let existing = match attempt_pod(&snap, &name, &ctx).await? {
+        Ok(pod) => pod,
+        Err(why) => return fail(&snap, &Problem::fatal(reason::POD_FAILED, why), &ctx).await,
+    };
+    // A Pod being deleted, or one left from an earlier attempt (deleted
+    // just now): wait until it is gone.
+    if let Some(p) = &existing
+        && (!started
+            || p.metadata.deletion_timestamp.is_some()
+            || pod::attempt_of(p) != Some(prev.attempts))
+    {
+        if !started {
+            delete_pod(&snap, &name, &ctx).await;
+        }
+        return Ok(Action::requeue(POD_POLL));
+    }
     let Some(existing) = existing else {
-        if prev.phase == Some(SnapshotPhase::Started) {
+        if started {
             let cut = Problem::retry(
                 reason::INTERRUPTED,
                 format!(
@@ -275,70 +351,65 @@ async fn save_to_claim(
             Ok(source) => source,
             Err(problem) => return fail(&observed.snapshot, &problem, &ctx).await,
         };
-        let snap = observed.snapshot;
+        let mut snap = (*observed.snapshot).clone();
         let started = started_status(&snap, &source);
         write(&snap, &started, &ctx).await?;
+        snap.status = Some(started);
         let pod = pod::save_pod(
             &snap,
             location,
             &source.endpoint,
             &ctx.config.operator_image,
         );
-        if let Err(e) = pods(&snap, &ctx).create(&PostParams::default(), &pod).await {
-            let mut snap = (*snap).clone();
-            snap.status = Some(started);
+        if let Err(e) = create_pod(&snap, pod, &ctx).await {
             let problem = Problem::retry(reason::POD_FAILED, format!("creating Pod {name}: {e}"));
             return fail(&snap, &problem, &ctx).await;
         }
         return Ok(Action::requeue(POD_POLL));
     };
-    if existing.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::requeue(POD_POLL));
-    }
-    match pod::outcome(&existing) {
-        pod::Outcome::Running => Ok(Action::requeue(POD_POLL)),
-        pod::Outcome::Failed(problem) => {
-            delete_pod(&snap, &name, &ctx).await;
-            fail(&snap, &problem, &ctx).await
-        }
-        pod::Outcome::Succeeded(message) => {
-            delete_pod(&snap, &name, &ctx).await;
-            match serde_json::from_str::<pod::Report>(message.trim()) {
-                Ok(pod::Report::Saved {
-                    size_bytes,
-                    sha256,
+    let action = match pod::outcome(&existing) {
+        pod::Outcome::Running => match pod::stuck(&existing, POD_START_TIMEOUT) {
+            None => return Ok(Action::requeue(POD_POLL)),
+            Some(why) => fail(&snap, &Problem::retry(reason::POD_FAILED, why), &ctx).await,
+        },
+        pod::Outcome::Failed { problem, .. } => fail(&snap, &problem, &ctx).await,
+        pod::Outcome::Succeeded(message) => match pod::report(&message) {
+            Some(pod::Report::Saved {
+                size_bytes,
+                sha256,
+                revision,
+                keyspace_hash,
+            }) => {
+                let file = pod::destination_file(location, &snap.name_any());
+                let taken = Taken {
+                    artifact: SnapshotArtifact {
+                        uri: pod::pvc_uri(&location.claim_name, &file),
+                        size_bytes: i64::try_from(size_bytes).unwrap_or(i64::MAX),
+                        checksum: format!("sha256:{sha256}"),
+                    },
                     revision,
                     keyspace_hash,
-                }) => {
-                    let file = pod::destination_file(location, &snap.name_any());
-                    let took = prev
-                        .start_time
-                        .as_ref()
-                        .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
-                        .unwrap_or_default();
-                    let taken = Taken {
-                        artifact: SnapshotArtifact {
-                            uri: pod::pvc_uri(&location.claim_name, &file),
-                            size_bytes: i64::try_from(size_bytes).unwrap_or(i64::MAX),
-                            checksum: format!("sha256:{sha256}"),
-                        },
-                        revision,
-                        keyspace_hash,
-                        took,
-                    };
-                    let member = prev.member.clone().unwrap_or_default();
-                    stored(&snap, prev, &member, taken, &ctx).await
-                }
-                _ => {
-                    let problem = Problem::retry(
-                        reason::POD_FAILED,
-                        format!("Pod {name} succeeded without a report the operator can read"),
-                    );
-                    fail(&snap, &problem, &ctx).await
-                }
+                    took: since(prev.start_time.as_ref()),
+                };
+                let member = prev.member.clone().unwrap_or_default();
+                stored(&snap, prev, &member, taken, &ctx).await
             }
-        }
-    }
+            _ => {
+                let problem = Problem::retry(
+                    reason::POD_FAILED,
+                    format!("Pod {name} succeeded without a report the operator can read"),
+                );
+                fail(&snap, &problem, &ctx).await
+            }
+        },
+    };
+    delete_pod(&snap, &name, &ctx).await;
+    action
+}
+
+fn since(t: Option<&Time>) -> Duration {
+    t.and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+        .unwrap_or_default()
 }
 
 /// What the stored artifact is, for the verify Pod to fetch.
@@ -358,24 +429,38 @@ fn stored_at<'a>(snap: &'a EtcdSnapshot, artifact: &SnapshotArtifact) -> Option<
     })
 }
 
+/// How long the restored copy may take to answer once its etcd runs.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// `verify: Restore`: a scratch Pod restores the stored artifact and
 /// serves it; the operator asks it for its revision and keyspace hash.
+///
+/// Only a verdict on the data is final (`RestoreCheckFailed`: the fetched
+/// copy's checksum, etcdutl's integrity check, the revision or the hash).
+/// A Pod that cannot start, fails otherwise or never answers is a failed
+/// attempt like any other (`PodFailed`), retried from the stream: a good
+/// backup is never discarded for a scheduling or registry problem.
 async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action, Error> {
     let status = snap.status.clone().unwrap_or_default();
     let Some(artifact) = status.artifact.clone() else {
         return Ok(Action::await_change());
     };
     let name = pod::verify_pod_name(&snap.name_any());
-    let failed = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
-    let existing = match own_pod(snap, &name, ctx).await? {
+    let bad_copy = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
+    let existing = match attempt_pod(snap, &name, ctx).await? {
         Ok(pod) => pod,
-        Err(why) => return fail(snap, &failed(why), ctx).await,
+        Err(why) => return fail(snap, &Problem::fatal(reason::POD_FAILED, why), ctx).await,
     };
+    if let Some(p) = &existing
+        && (p.metadata.deletion_timestamp.is_some() || pod::attempt_of(p) != Some(status.attempts))
+    {
+        return Ok(Action::requeue(POD_POLL));
+    }
     let Some(existing) = existing else {
         let Some(stored) = stored_at(snap, &artifact) else {
             return fail(
                 snap,
-                &failed(format!(
+                &bad_copy(format!(
                     "{} is not where the spec says it is stored",
                     artifact.uri
                 )),
@@ -383,11 +468,19 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
             )
             .await;
         };
-        let version = status
-            .etcd_version
-            .clone()
-            .unwrap_or_else(|| "3.5.21".to_owned());
-        let image = format!("{}:v{version}", ctx.config.etcd_image.trim_end_matches(':'));
+        let version = status.etcd_version.clone().or_else(|| {
+            let ns = snap.namespace().unwrap_or_default();
+            ctx.watches
+                .clusters
+                .store()
+                .get(&ObjectRef::new(&snap.spec.cluster_ref.name).within(&ns))
+                .map(|c| c.spec.version.clone())
+        });
+        let image = format!(
+            "{}:v{}",
+            ctx.config.etcd_image.trim_end_matches(':'),
+            version.unwrap_or_else(|| crate::api::DEFAULT_ETCD_VERSION.to_owned())
+        );
         let pod = pod::verify_pod(
             snap,
             &stored,
@@ -395,75 +488,74 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
             &image,
             &ctx.config.operator_image,
         );
-        match pods(snap, ctx).create(&PostParams::default(), &pod).await {
-            Ok(_) => {}
-            // Refused for good (forbidden, invalid): no restore will run.
-            Err(kube::Error::Api(e))
-                if (400..500).contains(&e.code) && e.code != 409 && e.code != 429 =>
-            {
-                return fail(
-                    snap,
-                    &failed(format!("creating Pod {name}: {}", e.message)),
-                    ctx,
-                )
-                .await;
-            }
-            Err(e) => {
-                tracing::warn!(snapshot = %snap.name_any(), "creating the verify Pod, trying again: {e}")
-            }
+        if let Err(e) = create_pod(snap, pod, ctx).await {
+            let problem = Problem::retry(reason::POD_FAILED, format!("creating Pod {name}: {e}"));
+            return fail(snap, &problem, ctx).await;
         }
         return Ok(Action::requeue(POD_POLL));
     };
-    if existing.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::requeue(POD_POLL));
-    }
     let verdict = match pod::outcome(&existing) {
-        pod::Outcome::Failed(p) => {
-            Err(failed(format!("restoring {}: {}", artifact.uri, p.message)))
+        pod::Outcome::Failed { container, problem } => {
+            let about_the_data = matches!(
+                problem.reason,
+                reason::CHECKSUM_MISMATCH | reason::INTEGRITY_CHECK_FAILED
+            ) || container.as_deref() == Some("restore-snapshot");
+            Err(if about_the_data {
+                bad_copy(format!("restoring {}: {}", artifact.uri, problem.message))
+            } else {
+                problem
+            })
         }
-        pod::Outcome::Succeeded(_) => {
-            Err(failed(format!("the restored etcd of Pod {name} exited")))
-        }
-        pod::Outcome::Running => match check_restored(&existing, &status, ctx).await {
-            Ok(Some(verdict)) => Ok(verdict),
-            Ok(None) => {
-                let age = existing
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
-                    .unwrap_or(Duration::ZERO);
-                if age < VERIFY_TIMEOUT {
-                    return Ok(Action::requeue(POD_POLL));
+        pod::Outcome::Succeeded(_) => Err(Problem::retry(
+            reason::POD_FAILED,
+            format!("the restored etcd of Pod {name} exited"),
+        )),
+        pod::Outcome::Running => {
+            if let Some(why) = pod::stuck(&existing, POD_START_TIMEOUT) {
+                Err(Problem::retry(reason::POD_FAILED, why))
+            } else if let Some(since) = pod::running_since(&existing, "etcd") {
+                match check_restored(&existing, &status, ctx).await {
+                    Ok(Some(verdict)) => Ok(verdict),
+                    Err(problem) => Err(problem),
+                    Ok(None) => {
+                        let ran = Duration::try_from(jiff::Timestamp::now().duration_since(since))
+                            .unwrap_or_default();
+                        if ran < VERIFY_TIMEOUT {
+                            return Ok(Action::requeue(POD_POLL));
+                        }
+                        Err(Problem::retry(
+                            reason::POD_FAILED,
+                            format!(
+                                "the restored copy in Pod {name} did not answer within {VERIFY_TIMEOUT:?} of starting"
+                            ),
+                        ))
+                    }
                 }
-                Err(failed(format!(
-                    "the restored copy in Pod {name} did not answer within {VERIFY_TIMEOUT:?}"
-                )))
+            } else {
+                // Still fetching or restoring.
+                return Ok(Action::requeue(POD_POLL));
             }
-            Err(problem) => Err(problem),
-        },
+        }
     };
-    delete_pod(snap, &name, ctx).await;
-    match verdict {
+    let action = match verdict {
         Ok(message) => {
             let taken = Taken {
                 artifact,
                 revision: status.revision.unwrap_or_default(),
                 keyspace_hash: status.keyspace_hash,
-                took: status
-                    .start_time
-                    .as_ref()
-                    .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
-                    .unwrap_or_default(),
+                took: since(status.start_time.as_ref()),
             };
             let member = status.member.clone().unwrap_or_default();
             complete(snap, status, &member, taken, Restored(message), ctx).await
         }
         Err(problem) => fail(snap, &problem, ctx).await,
-    }
+    };
+    delete_pod(snap, &name, ctx).await;
+    action
 }
 
-/// Asks the restored copy: `Ok(None)` while it does not answer yet.
+/// Asks the restored copy: `Ok(None)` while it does not answer yet, `Err`
+/// only for a copy that is not the snapshot.
 async fn check_restored(
     pod: &Pod,
     status: &EtcdSnapshotStatus,
@@ -476,10 +568,10 @@ async fn check_restored(
     let Ok(answer) = ctx.etcd.status(&endpoint).await else {
         return Ok(None);
     };
-    let failed = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
+    let bad_copy = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
     let want = status.revision.unwrap_or_default();
     if answer.revision < want {
-        return Err(failed(format!(
+        return Err(bad_copy(format!(
             "the restored copy is at revision {}, older than the snapshot's {want}",
             answer.revision
         )));
@@ -490,31 +582,37 @@ async fn check_restored(
             answer.revision
         )));
     };
-    let restored = ctx
-        .etcd
-        .hash_kv(&endpoint, source.revision)
-        .await
-        .map_err(|e| {
-            failed(format!(
-                "asking the restored copy for its keyspace hash: {e}"
-            ))
-        })?;
+    let Ok(restored) = ctx.etcd.hash_kv(&endpoint, source.revision).await else {
+        return Ok(None);
+    };
+    Ok(Some(compare_hashes(answer.revision, &source, &restored)?))
+}
+
+/// The restored copy's HashKV against the source's.
+fn compare_hashes(
+    served_at: i64,
+    source: &KeyspaceHash,
+    restored: &crate::etcd::KvHash,
+) -> Result<String, Problem> {
     if restored.compact_revision != source.compact_revision {
-        return Ok(Some(format!(
-            "restored by etcdutl and served at revision {}; compacted at {} there and {} at the source, so only the revision was compared",
-            answer.revision, restored.compact_revision, source.compact_revision
-        )));
+        return Ok(format!(
+            "restored by etcdutl and served at revision {served_at}; compacted at {} there and {} at the source, so only the revision was compared",
+            restored.compact_revision, source.compact_revision
+        ));
     }
     if restored.hash != source.hash {
-        return Err(failed(format!(
-            "the restored copy's keyspace hash at revision {} is {}, the source's was {}",
-            source.revision, restored.hash, source.hash
-        )));
+        return Err(Problem::fatal(
+            reason::RESTORE_CHECK_FAILED,
+            format!(
+                "the restored copy's keyspace hash at revision {} is {}, the source's was {}",
+                source.revision, restored.hash, source.hash
+            ),
+        ));
     }
-    Ok(Some(format!(
-        "restored by etcdutl and served at revision {}; its keyspace hash at revision {} matches the source's ({})",
-        answer.revision, source.revision, source.hash
-    )))
+    Ok(format!(
+        "restored by etcdutl and served at revision {served_at}; its keyspace hash at revision {} matches the source's ({})",
+        source.revision, source.hash
+    ))
 }
 
 /// The cluster, the credentials and a verified quorum's leader.
@@ -1000,6 +1098,27 @@ async fn event(snap: &EtcdSnapshot, type_: KubeEventType, reason: &str, note: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restored_copy_passes_only_with_the_sources_hash_when_compacted_alike() {
+        let source = KeyspaceHash {
+            revision: 40,
+            hash: 7,
+            compact_revision: 10,
+        };
+        let kv = |hash, compact_revision| crate::etcd::KvHash {
+            revision: 40,
+            hash,
+            compact_revision,
+        };
+        let ok = compare_hashes(42, &source, &kv(7, 10)).unwrap();
+        assert!(ok.contains("matches the source's"), "{ok}");
+        let err = compare_hashes(42, &source, &kv(8, 10)).unwrap_err();
+        assert_eq!(err.reason, reason::RESTORE_CHECK_FAILED);
+        assert!(!err.retry, "a copy that is not the snapshot is final");
+        let other = compare_hashes(42, &source, &kv(8, 12)).unwrap();
+        assert!(other.contains("only the revision was compared"), "{other}");
+    }
 
     #[test]
     fn attempts_back_off_doubling_to_five_minutes() {

@@ -18,10 +18,10 @@
 //! - **Remove** (`<snapshot>-remove`, retention of a schedule writing to a
 //!   claim): deletes the run's file, only if its sha256 is the run's.
 //!
-//! The save and verify Pods are owned by their EtcdSnapshot, a remove Pod
-//! by the schedule (the run's EtcdSnapshot is deleted only after it). All
-//! carry the managed-by label (so the operator's Pod watch sees them and
-//! wakes their owner), run once (`restartPolicy: Never`) and are deleted
+//! All three are owned by their EtcdSnapshot (a remove Pod also carries
+//! its schedule's label, so its end wakes the schedule, which deletes the
+//! run only after it), carry the managed-by label (so the operator's Pod
+//! watch sees them), run once (`restartPolicy: Never`) and are deleted
 //! once read.
 
 use std::collections::BTreeMap;
@@ -67,6 +67,11 @@ pub enum Report {
     Removed {
         existed: bool,
     },
+    /// `snapshot remove`: a file is there that the run did not write
+    /// (another checksum); it is left alone.
+    LeftAlone {
+        message: String,
+    },
     Failed {
         reason: String,
         message: String,
@@ -87,9 +92,14 @@ pub fn pvc_uri(claim: &str, file: &str) -> String {
     format!("pvc://{claim}/{file}")
 }
 
-/// The claim and file a `pvc://` URI names.
+/// The claim and file a `pvc://` URI names; none for a path that would
+/// leave the volume (the URI comes from a status anyone with write access
+/// to it could have edited).
 pub fn parse_pvc_uri(uri: &str) -> Option<PvcLocation> {
     let (claim, file) = uri.strip_prefix("pvc://")?.split_once('/')?;
+    if file.is_empty() || file.starts_with('/') || file.split('/').any(|p| p == "..") {
+        return None;
+    }
     Some(PvcLocation {
         claim_name: claim.to_owned(),
         sub_path: Some(file.to_owned()),
@@ -135,10 +145,12 @@ fn owned_by(
 
 /// The Pod that deletes a scheduled run's file from its claim, for
 /// retention: only if the file's sha256 is the run's checksum, so a file
-/// the run did not write is left alone. Owned by the schedule, which
-/// deletes the run's EtcdSnapshot only once this Pod succeeded.
+/// the run did not write is left alone. Owned by the run's EtcdSnapshot
+/// (deleting the run deletes it, so none outlives its run) and labelled
+/// with the schedule, whose controller it wakes; the schedule deletes the
+/// run only once this Pod succeeded.
 pub fn remove_pod(
-    schedule: &crate::api::EtcdBackupSchedule,
+    schedule: &str,
     snap: &EtcdSnapshot,
     claim: &PvcLocation,
     sha256: &str,
@@ -146,12 +158,13 @@ pub fn remove_pod(
 ) -> Pod {
     let name = snap.meta().name.clone().unwrap_or_default();
     let file = claim.sub_path.clone().unwrap_or_default();
+    let mut metadata = metadata(snap, remove_pod_name(&name));
+    metadata
+        .labels
+        .get_or_insert_default()
+        .insert(crate::api::LABEL_SCHEDULE.to_owned(), schedule.to_owned());
     Pod {
-        metadata: owned_by(
-            schedule.controller_owner_ref(&()),
-            schedule.meta().namespace.clone(),
-            remove_pod_name(&name),
-        ),
+        metadata,
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_owned()),
             containers: vec![reporting(Container {
@@ -400,13 +413,142 @@ pub fn verify_pod(
     }
 }
 
+/// The annotation that ties a save or verify Pod to the attempt that made
+/// it: a Pod of an earlier attempt is never read as this one's.
+pub const ATTEMPT: &str = "etcd.steward.dev/attempt";
+
+/// Stamps a built Pod with its attempt and the cluster's pull Secrets (the
+/// operator's and etcd's images come from the same registries as the
+/// members').
+pub fn stamp(
+    pod: &mut Pod,
+    attempt: u32,
+    pull_secrets: Option<Vec<k8s_openapi::api::core::v1::LocalObjectReference>>,
+) {
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(ATTEMPT.to_owned(), attempt.to_string());
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.image_pull_secrets = pull_secrets;
+    }
+}
+
+/// The attempt a Pod was made for.
+pub fn attempt_of(pod: &Pod) -> Option<u32> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(ATTEMPT)?
+        .parse()
+        .ok()
+}
+
+/// A report in a termination message. A kubelet may put its own text
+/// before the container's, so it is read from the first `{`.
+pub fn report(message: &str) -> Option<Report> {
+    let at = message.find('{')?;
+    serde_json::from_str(message[at..].trim()).ok()
+}
+
+/// When the Pod's last container finished, if one has.
+pub fn finished_at(pod: &Pod) -> Option<jiff::Timestamp> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| {
+            Some(
+                c.state
+                    .as_ref()?
+                    .terminated
+                    .as_ref()?
+                    .finished_at
+                    .as_ref()?
+                    .0,
+            )
+        })
+        .max()
+}
+
+/// When the named container started running, if it runs.
+pub fn running_since(pod: &Pod, container: &str) -> Option<jiff::Timestamp> {
+    let status = pod.status.as_ref()?;
+    let c = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == container)?;
+    Some(c.state.as_ref()?.running.as_ref()?.started_at.as_ref()?.0)
+}
+
+/// Why a Pod has not started any container yet, once it has waited
+/// longer than `limit` since it was created (an image that cannot be
+/// pulled, a Pod that cannot be scheduled, a claim that cannot attach).
+pub fn stuck(pod: &Pod, limit: std::time::Duration) -> Option<String> {
+    let status = pod.status.as_ref();
+    let statuses = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        })
+        .collect::<Vec<_>>();
+    let begun = statuses.iter().any(|c| {
+        c.state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+    });
+    let created = pod.metadata.creation_timestamp.as_ref()?.0;
+    let waited =
+        std::time::Duration::try_from(jiff::Timestamp::now().duration_since(created)).ok()?;
+    if begun || waited < limit {
+        return None;
+    }
+    let why = statuses
+        .iter()
+        .find_map(|c| {
+            let w = c.state.as_ref()?.waiting.as_ref()?;
+            Some(format!(
+                "{}: {} {}",
+                c.name,
+                w.reason.as_deref().unwrap_or_default(),
+                w.message.as_deref().unwrap_or_default()
+            ))
+        })
+        .or_else(|| {
+            status?.conditions.iter().flatten().find_map(|c| {
+                (c.status == "False").then(|| {
+                    format!(
+                        "{}: {}",
+                        c.reason.as_deref().unwrap_or(&c.type_),
+                        c.message.as_deref().unwrap_or_default()
+                    )
+                })
+            })
+        })
+        .unwrap_or_else(|| "no container started".to_owned());
+    Some(format!(
+        "Pod {} started nothing within {limit:?}: {}",
+        pod.meta().name.clone().unwrap_or_default(),
+        why.trim()
+    ))
+}
+
 /// How a run-once Pod's work ended, if it has.
 pub enum Outcome {
     Running,
     /// Phase Succeeded; the container's termination message.
     Succeeded(String),
-    /// Phase Failed: the problem its message (or exit) reports.
-    Failed(Problem),
+    /// Phase Failed: the container that failed (if one did) and the
+    /// problem its report (or exit) names.
+    Failed {
+        container: Option<String>,
+        problem: Problem,
+    },
 }
 
 pub fn outcome(pod: &Pod) -> Outcome {
@@ -430,11 +572,18 @@ pub fn outcome(pod: &Pod) -> Outcome {
         ),
         Some("Failed") => {
             let failed = terminated.iter().find(|(_, code, _)| *code != 0);
-            Outcome::Failed(match failed {
+            let problem = match failed {
                 Some((container, code, message)) => {
                     let message = message.clone().unwrap_or_default();
-                    match serde_json::from_str::<Report>(message.trim()) {
-                        Ok(Report::Failed { reason, message }) => Problem::retry(
+                    match report(&message) {
+                        // A full volume does not empty itself in the
+                        // minutes retries take: grow it and take a new one.
+                        Some(Report::Failed { reason, message })
+                            if reason::known(&reason) == reason::VOLUME_FULL =>
+                        {
+                            Problem::fatal(reason::VOLUME_FULL, format!("{container}: {message}"))
+                        }
+                        Some(Report::Failed { reason, message }) => Problem::retry(
                             reason::known(&reason),
                             format!("{container}: {message}"),
                         ),
@@ -455,7 +604,11 @@ pub fn outcome(pod: &Pod) -> Outcome {
                         status.message.unwrap_or_default()
                     ),
                 ),
-            })
+            };
+            Outcome::Failed {
+                container: failed.map(|(c, _, _)| c.clone()),
+                problem,
+            }
         }
         _ => Outcome::Running,
     }
@@ -570,7 +723,7 @@ mod tests {
         })
         .unwrap();
         exited(&mut pod, "Failed", false, "save", 1, &report);
-        let Outcome::Failed(p) = outcome(&pod) else {
+        let Outcome::Failed { problem: p, .. } = outcome(&pod) else {
             panic!("not failed")
         };
         assert_eq!(p.reason, reason::VOLUME_FULL);
@@ -584,9 +737,14 @@ mod tests {
             2,
             "x\nError: snapshot file integrity check failed\n\n",
         );
-        let Outcome::Failed(p) = outcome(&pod) else {
+        let Outcome::Failed {
+            container,
+            problem: p,
+        } = outcome(&pod)
+        else {
             panic!("not failed")
         };
+        assert_eq!(container.as_deref(), Some("restore-snapshot"));
         assert_eq!(p.reason, reason::POD_FAILED);
         assert!(
             p.message.contains("integrity check failed"),
@@ -603,9 +761,22 @@ mod tests {
         let mut pod = save_pod(&s, &loc, "http://x:2379", "steward:1");
         let report = r#"{"failed":{"reason":"Anything <script>","message":"m"}}"#;
         exited(&mut pod, "Failed", false, "save", 1, report);
-        let Outcome::Failed(p) = outcome(&pod) else {
+        let Outcome::Failed { problem: p, .. } = outcome(&pod) else {
             panic!("not failed")
         };
         assert_eq!(p.reason, reason::POD_FAILED);
+    }
+
+    #[test]
+    fn a_report_is_read_after_a_kubelets_own_text_and_paths_stay_in_the_volume() {
+        let json = serde_json::to_string(&Report::Removed { existed: true }).unwrap();
+        assert_eq!(
+            report(&format!("killed by SIGTERM: {json}")),
+            Some(Report::Removed { existed: true })
+        );
+        assert_eq!(report("no json here"), None);
+        assert!(parse_pvc_uri("pvc://backups/../../etc/passwd").is_none());
+        assert!(parse_pvc_uri("pvc://backups//etc/passwd").is_none());
+        assert!(parse_pvc_uri("pvc://backups/").is_none());
     }
 }
