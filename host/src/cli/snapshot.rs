@@ -262,7 +262,11 @@ async fn stream_to(args: &SaveArgs, part: &Path) -> Result<Report, Problem> {
     // Best effort: a compaction since the stream opened makes it
     // unanswerable, and `verify: Restore` then compares revisions only.
     let keyspace_hash = etcd
-        .hash_kv(&args.endpoint, stream.revision)
+        .hash_kv(
+            &args.endpoint,
+            stream.revision,
+            crate::snapshot::HASH_KV_DEADLINE,
+        )
         .await
         .ok()
         .map(|h| crate::api::KeyspaceHash {

@@ -305,7 +305,13 @@ pub trait EtcdApi: Send + Sync {
 
     /// The keyspace hash of the member at `endpoint` at `revision` (etcd's
     /// HashKV, the one its own corruption check compares across members).
-    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError>;
+    /// It reads the whole keyspace, so it gets `deadline` of its own.
+    async fn hash_kv(
+        &self,
+        endpoint: &str,
+        revision: i64,
+        deadline: Duration,
+    ) -> Result<KvHash, RpcError>;
 
     // Auth calls (enable auth, users, roles) belong here, each with its
     // own `Rpc` variant, when auth support lands.
@@ -371,8 +377,13 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
         (**self).snapshot(endpoint).await
     }
 
-    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError> {
-        (**self).hash_kv(endpoint, revision).await
+    async fn hash_kv(
+        &self,
+        endpoint: &str,
+        revision: i64,
+        deadline: Duration,
+    ) -> Result<KvHash, RpcError> {
+        (**self).hash_kv(endpoint, revision, deadline).await
     }
 }
 

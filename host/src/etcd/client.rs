@@ -359,12 +359,42 @@ impl EtcdApi for EtcdClient {
         Ok(members(resp.members()))
     }
 
-    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError> {
-        let resp = self
-            .call(Rpc::HashKv, endpoint, |mut c| async move {
-                c.hash_kv(revision).await
-            })
-            .await?;
+    async fn hash_kv(
+        &self,
+        endpoint: &str,
+        revision: i64,
+        deadline: Duration,
+    ) -> Result<KvHash, RpcError> {
+        // A client of its own, as for defragment: hashing a large keyspace
+        // takes longer than the per-RPC deadline.
+        let rpc = Rpc::HashKv;
+        let ep = self
+            .endpoint(endpoint)
+            .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
+            .timeout(deadline);
+        let attempt = async {
+            let mut client = Client::from_channel(
+                etcd_client::Channel::Tonic(ep.connect_lazy()),
+                Some(ConnectOptions::new().with_timeout(deadline)),
+            )
+            .await
+            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            client
+                .hash_kv(revision)
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))
+        };
+        let resp = match tokio::time::timeout(deadline, attempt).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(RpcError::new(
+                    rpc,
+                    redact(endpoint),
+                    ProbeErrorKind::Timeout,
+                    format!("no answer within {deadline:?}"),
+                ));
+            }
+        };
         Ok(KvHash {
             // 0 asks for the member's current revision, which the header has.
             revision: if revision > 0 {

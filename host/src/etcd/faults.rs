@@ -331,10 +331,19 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
             .await
     }
 
-    async fn hash_kv(&self, endpoint: &str, revision: i64) -> Result<KvHash, RpcError> {
+    async fn hash_kv(
+        &self,
+        endpoint: &str,
+        revision: i64,
+        deadline: Duration,
+    ) -> Result<KvHash, RpcError> {
         let eps = [endpoint.to_owned()];
-        self.run(Rpc::HashKv, &eps, self.inner.hash_kv(endpoint, revision))
-            .await
+        self.run(
+            Rpc::HashKv,
+            &eps,
+            self.inner.hash_kv(endpoint, revision, deadline),
+        )
+        .await
     }
 
     async fn move_leader(&self, leader_endpoint: &str, target: u64) -> Result<(), RpcError> {

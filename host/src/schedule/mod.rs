@@ -503,6 +503,11 @@ async fn act(s: &EtcdBackupSchedule, plan: &Plan, ctx: &Context) {
         else {
             continue;
         };
+        // Already going (the cache may lag its deletion): no remove Pod
+        // is made for a run that is gone.
+        if snap.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         match expire_object(s, &snap, ctx).await {
             Ok(Expired::Gone) => {}
             Ok(Expired::LeftAlone(why)) => {
@@ -586,6 +591,10 @@ async fn expire_file(
     let Some(file) = pod::parse_pvc_uri(&artifact.uri) else {
         return Ok(Expired::Gone);
     };
+    // Only ever the claim the run was written to.
+    if snap.spec.destination.pvc.as_ref().map(|p| &p.claim_name) != Some(&file.claim_name) {
+        return Ok(Expired::Gone);
+    }
     let ns = snap.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let name = pod::remove_pod_name(&snap.name_any());
@@ -631,7 +640,14 @@ async fn expire_file(
         return Ok(Expired::InProgress);
     }
     match pod::outcome(&existing) {
-        pod::Outcome::Running => Ok(Expired::InProgress),
+        pod::Outcome::Running => match pod::stuck(&existing, REMOVE_RETRY * 5) {
+            None => Ok(Expired::InProgress),
+            // Replaced on the next pass, with an Event for this one.
+            Some(why) => {
+                let _ = pods.delete(&name, &DeleteParams::background()).await;
+                Err(Problem::retry(reason::POD_FAILED, why))
+            }
+        },
         // The run is deleted next, and the Pod with it.
         pod::Outcome::Succeeded(message) => Ok(match pod::report(&message) {
             Some(pod::Report::LeftAlone { message }) => Expired::LeftAlone(message),

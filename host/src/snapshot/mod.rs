@@ -99,6 +99,7 @@ pub async fn reconcile_snapshot(
         )
     };
     if terminal(&snap) {
+        sweep_pods(&snap, &ctx).await;
         return Ok(Action::await_change());
     }
     // The watch cache can lag this controller's own last write: its Pods
@@ -264,6 +265,59 @@ async fn delete_pod(snap: &EtcdSnapshot, name: &str, ctx: &Context) {
 /// that cannot be pulled, a Pod that cannot be scheduled, a claim that
 /// cannot attach) before the attempt counts as failed.
 const POD_START_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a save Pod may run in all: beyond it (its node lost, say, so
+/// it never ends) the attempt is `Interrupted` and tried again.
+const SAVE_DEADLINE: Duration = Duration::from_secs(3600);
+/// How long a deleted Pod may stay terminating before it is deleted with
+/// no grace (its node is gone and will never confirm), so its name frees.
+const TERMINATING_LIMIT: Duration = Duration::from_secs(120);
+/// HashKV reads the whole keyspace: the deadline of that one call.
+pub const HASH_KV_DEADLINE: Duration = Duration::from_secs(120);
+
+fn age(t: Option<&Time>) -> Duration {
+    since(t)
+}
+
+/// Waits for a Pod that is being deleted; one stuck terminating longer
+/// than [`TERMINATING_LIMIT`] is deleted with no grace.
+async fn wait_gone(snap: &EtcdSnapshot, p: &Pod, ctx: &Context) -> Action {
+    if age(p.metadata.deletion_timestamp.as_ref()) > TERMINATING_LIMIT {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::background()
+        };
+        if let Err(e) = pods(snap, ctx).delete(&name, &force).await {
+            tracing::warn!(snapshot = %snap.name_any(), pod = %name, "force-deleting a Pod stuck terminating: {e}");
+        }
+    }
+    Action::requeue(POD_POLL)
+}
+
+/// A finished snapshot's Pods that are left (a delete that failed, or the
+/// operator stopping between the status write and the delete): deleted,
+/// so no restored copy keeps serving once its snapshot is done.
+async fn sweep_pods(snap: &EtcdSnapshot, ctx: &Context) {
+    let ns = snap.namespace().unwrap_or_default();
+    let name = snap.name_any();
+    for pod_name in [pod::save_pod_name(&name), pod::verify_pod_name(&name)] {
+        let Some(p) = ctx
+            .watches
+            .pods
+            .store()
+            .get(&ObjectRef::new(&pod_name).within(&ns))
+        else {
+            continue;
+        };
+        let ours = p
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == snap.metadata.uid.as_ref());
+        if ours && p.metadata.deletion_timestamp.is_none() {
+            delete_pod(snap, &pod_name, ctx).await;
+        }
+    }
+}
 
 /// The cluster's pull Secrets, for a snapshot's Pods.
 fn pull_secrets(
@@ -321,7 +375,7 @@ async fn save_to_claim(
     let started = prev.phase == Some(SnapshotPhase::Started);
     let existing = match attempt_pod(&snap, &name, &ctx).await? {
         Ok(pod) => pod,
-        Err(why) => return fail(&snap, &Problem::fatal(reason::POD_FAILED, why), &ctx).await,
+        Err(why) => return fail(&snap, &Problem::retry(reason::POD_FAILED, why), &ctx).await,
     };
     // A Pod being deleted, or one left from an earlier attempt (deleted
     // just now): wait until it is gone.
@@ -330,10 +384,11 @@ async fn save_to_claim(
             || p.metadata.deletion_timestamp.is_some()
             || pod::attempt_of(p) != Some(prev.attempts))
     {
-        if !started {
+        if p.metadata.deletion_timestamp.is_none() {
             delete_pod(&snap, &name, &ctx).await;
+            return Ok(Action::requeue(POD_POLL));
         }
-        return Ok(Action::requeue(POD_POLL));
+        return Ok(wait_gone(&snap, p, &ctx).await);
     }
     let Some(existing) = existing else {
         if started {
@@ -368,10 +423,19 @@ async fn save_to_claim(
         return Ok(Action::requeue(POD_POLL));
     };
     let action = match pod::outcome(&existing) {
-        pod::Outcome::Running => match pod::stuck(&existing, POD_START_TIMEOUT) {
-            None => return Ok(Action::requeue(POD_POLL)),
-            Some(why) => fail(&snap, &Problem::retry(reason::POD_FAILED, why), &ctx).await,
-        },
+        pod::Outcome::Running => {
+            if let Some(why) = pod::stuck(&existing, POD_START_TIMEOUT) {
+                fail(&snap, &Problem::retry(reason::POD_FAILED, why), &ctx).await
+            } else if age(existing.metadata.creation_timestamp.as_ref()) > SAVE_DEADLINE {
+                let cut = Problem::retry(
+                    reason::INTERRUPTED,
+                    format!("Pod {name} did not finish within {SAVE_DEADLINE:?} (its node lost?)"),
+                );
+                fail(&snap, &cut, &ctx).await
+            } else {
+                return Ok(Action::requeue(POD_POLL));
+            }
+        }
         pod::Outcome::Failed { problem, .. } => fail(&snap, &problem, &ctx).await,
         pod::Outcome::Succeeded(message) => match pod::report(&message) {
             Some(pod::Report::Saved {
@@ -403,7 +467,11 @@ async fn save_to_claim(
             }
         },
     };
-    delete_pod(&snap, &name, &ctx).await;
+    // The outcome is in the status before the Pod, its only other record,
+    // goes.
+    if action.is_ok() {
+        delete_pod(&snap, &name, &ctx).await;
+    }
     action
 }
 
@@ -429,8 +497,18 @@ fn stored_at<'a>(snap: &'a EtcdSnapshot, artifact: &SnapshotArtifact) -> Option<
     })
 }
 
-/// How long the restored copy may take to answer once its etcd runs.
-const VERIFY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the restored copy may take to answer once its etcd runs: 2
+/// minutes, plus a second per 16 MiB of snapshot (etcd opens and checks
+/// its database before it serves).
+fn verify_timeout(size_bytes: i64) -> Duration {
+    Duration::from_secs(120 + (size_bytes.max(0) as u64 >> 24))
+}
+
+/// How long a verify Pod may take in all, from its creation: 10 minutes,
+/// plus a second per 8 MiB (the download and the restore).
+fn verify_deadline(size_bytes: i64) -> Duration {
+    Duration::from_secs(600 + (size_bytes.max(0) as u64 >> 23))
+}
 
 /// `verify: Restore`: a scratch Pod restores the stored artifact and
 /// serves it; the operator asks it for its revision and keyspace hash.
@@ -449,12 +527,12 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
     let bad_copy = |message: String| Problem::fatal(reason::RESTORE_CHECK_FAILED, message);
     let existing = match attempt_pod(snap, &name, ctx).await? {
         Ok(pod) => pod,
-        Err(why) => return fail(snap, &Problem::fatal(reason::POD_FAILED, why), ctx).await,
+        Err(why) => return fail(snap, &Problem::retry(reason::POD_FAILED, why), ctx).await,
     };
     if let Some(p) = &existing
         && (p.metadata.deletion_timestamp.is_some() || pod::attempt_of(p) != Some(status.attempts))
     {
-        return Ok(Action::requeue(POD_POLL));
+        return Ok(wait_gone(snap, p, ctx).await);
     }
     let Some(existing) = existing else {
         let Some(stored) = stored_at(snap, &artifact) else {
@@ -495,11 +573,17 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
         return Ok(Action::requeue(POD_POLL));
     };
     let verdict = match pod::outcome(&existing) {
-        pod::Outcome::Failed { container, problem } => {
+        pod::Outcome::Failed {
+            container,
+            problem,
+            killed,
+        } => {
+            // etcdutl exiting with an error of its own is about the data;
+            // killed (OOM, eviction, a signal) it is about the node.
             let about_the_data = matches!(
                 problem.reason,
                 reason::CHECKSUM_MISMATCH | reason::INTEGRITY_CHECK_FAILED
-            ) || container.as_deref() == Some("restore-snapshot");
+            ) || (container.as_deref() == Some("restore-snapshot") && !killed);
             Err(if about_the_data {
                 bad_copy(format!("restoring {}: {}", artifact.uri, problem.message))
             } else {
@@ -511,8 +595,18 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
             format!("the restored etcd of Pod {name} exited"),
         )),
         pod::Outcome::Running => {
+            let deadline = verify_deadline(artifact.size_bytes);
             if let Some(why) = pod::stuck(&existing, POD_START_TIMEOUT) {
                 Err(Problem::retry(reason::POD_FAILED, why))
+            } else if age(existing.metadata.creation_timestamp.as_ref()) > deadline {
+                // A later container that cannot start (etcd's image not
+                // pulled), or a node that no longer reports.
+                Err(Problem::retry(
+                    reason::POD_FAILED,
+                    format!(
+                        "Pod {name} did not serve the restored copy within {deadline:?} of its creation"
+                    ),
+                ))
             } else if let Some(since) = pod::running_since(&existing, "etcd") {
                 match check_restored(&existing, &status, ctx).await {
                     Ok(Some(verdict)) => Ok(verdict),
@@ -520,13 +614,14 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
                     Ok(None) => {
                         let ran = Duration::try_from(jiff::Timestamp::now().duration_since(since))
                             .unwrap_or_default();
-                        if ran < VERIFY_TIMEOUT {
+                        let timeout = verify_timeout(artifact.size_bytes);
+                        if ran < timeout {
                             return Ok(Action::requeue(POD_POLL));
                         }
                         Err(Problem::retry(
                             reason::POD_FAILED,
                             format!(
-                                "the restored copy in Pod {name} did not answer within {VERIFY_TIMEOUT:?} of starting"
+                                "the restored copy in Pod {name} did not answer within {timeout:?} of starting"
                             ),
                         ))
                     }
@@ -550,7 +645,9 @@ async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action,
         }
         Err(problem) => fail(snap, &problem, ctx).await,
     };
-    delete_pod(snap, &name, ctx).await;
+    if action.is_ok() {
+        delete_pod(snap, &name, ctx).await;
+    }
     action
 }
 
@@ -582,7 +679,11 @@ async fn check_restored(
             answer.revision
         )));
     };
-    let Ok(restored) = ctx.etcd.hash_kv(&endpoint, source.revision).await else {
+    let Ok(restored) = ctx
+        .etcd
+        .hash_kv(&endpoint, source.revision, HASH_KV_DEADLINE)
+        .await
+    else {
         return Ok(None);
     };
     Ok(Some(compare_hashes(answer.revision, &source, &restored)?))
@@ -773,7 +874,7 @@ async fn take(snap: &EtcdSnapshot, source: &Source, ctx: &Context) -> Result<Tak
     // unanswerable, and the restore check then compares revisions only.
     let keyspace_hash = if snap.spec.verify == VerifyMode::Restore {
         ctx.etcd
-            .hash_kv(&source.endpoint, stream.revision)
+            .hash_kv(&source.endpoint, stream.revision, HASH_KV_DEADLINE)
             .await
             .ok()
             .map(|h| KeyspaceHash {
@@ -979,6 +1080,7 @@ async fn fail(snap: &EtcdSnapshot, problem: &Problem, ctx: &Context) -> Result<A
         // backup: the status no longer points at it.
         artifact: None,
         keyspace_hash: None,
+        revision: None,
         next_attempt_time: (!last).then(|| {
             let wait =
                 jiff::SignedDuration::try_from(backoff(ctx.config.snapshot_backoff, attempts))

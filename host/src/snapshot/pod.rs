@@ -548,6 +548,9 @@ pub enum Outcome {
     Failed {
         container: Option<String>,
         problem: Problem,
+        /// Killed from outside rather than exiting with an error of its
+        /// own: a signal (exit 128+), the OOM killer, or an eviction.
+        killed: bool,
     },
 }
 
@@ -563,6 +566,19 @@ pub fn outcome(pod: &Pod) -> Outcome {
             Some((c.name.clone(), t.exit_code, t.message.clone()))
         })
         .collect::<Vec<_>>();
+    let oom = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .any(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .and_then(|t| t.reason.as_deref())
+                == Some("OOMKilled")
+        });
+    let evicted = status.reason.as_deref() == Some("Evicted");
     match status.phase.as_deref() {
         Some("Succeeded") => Outcome::Succeeded(
             terminated
@@ -608,6 +624,7 @@ pub fn outcome(pod: &Pod) -> Outcome {
             Outcome::Failed {
                 container: failed.map(|(c, _, _)| c.clone()),
                 problem,
+                killed: oom || evicted || failed.is_none_or(|(_, code, _)| *code >= 128),
             }
         }
         _ => Outcome::Running,
@@ -740,10 +757,12 @@ mod tests {
         let Outcome::Failed {
             container,
             problem: p,
+            killed,
         } = outcome(&pod)
         else {
             panic!("not failed")
         };
+        assert!(!killed, "exit 2 is the container's own error");
         assert_eq!(container.as_deref(), Some("restore-snapshot"));
         assert_eq!(p.reason, reason::POD_FAILED);
         assert!(
