@@ -33,7 +33,7 @@ pub const SECRET_ACCESS_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
     shortname = "esnap",
     status = "EtcdSnapshotStatus",
     derive = "PartialEq",
-    doc = "A one-shot snapshot of an EtcdCluster, streamed from a member in quorum to an S3-compatible store and read back before it is called Complete.",
+    doc = "A one-shot snapshot of an EtcdCluster, streamed from the leader of a verified quorum to an S3-compatible store or to a file on a PersistentVolumeClaim, and read back before it is called Complete.",
     printcolumn(
         name = "CLUSTER",
         type_ = "string",
@@ -159,7 +159,9 @@ pub struct PvcLocation {
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum SnapshotPhase {
-    /// Not started: waiting for the cluster, its quorum or the credentials.
+    /// Waiting for the next attempt after a failed one (the cluster, its
+    /// quorum, the credentials or the claim missing, say). The retries
+    /// last about 75 s with the defaults; then the phase is Failed.
     Pending,
     /// Streaming to the store (the status is written before it starts).
     Started,

@@ -61,7 +61,8 @@ pub enum Command {
     /// Test, evaluate and inspect status policies, without a cluster.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
-    /// The steps a restored member's Pod runs (its init containers).
+    /// The steps of the snapshot Pods (save, verify's fetch, retention's
+    /// remove) and of a restored seed's init containers (fetch, install).
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
 }

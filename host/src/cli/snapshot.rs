@@ -1,7 +1,8 @@
-//! `etcd-steward snapshot save|fetch|install`: the steps of a snapshot's
-//! and a restored seed's Pods that need more than etcd's own tools
-//! ([`crate::snapshot::pod`], [`crate::restore::pod`]). Each is safe to
-//! run again.
+//! `etcd-steward snapshot save|fetch|remove|install`: the steps of a
+//! snapshot's Pods (save, verify's fetch, retention's remove) and of a
+//! restored seed's init containers (fetch, install) that need more than
+//! etcd's own tools ([`crate::snapshot::pod`], [`crate::restore::pod`]).
+//! Each is safe to run again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,11 +30,14 @@ pub enum SnapshotCommand {
     /// sha256 and etcd's own trailing sha256. Credentials come from
     /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a CA bundle (PEM) from
     /// ETCD_STEWARD_S3_CA_BUNDLE. Nothing is left at --out unless both
-    /// checks pass.
+    /// checks pass. The bytes go first to --out with its extension
+    /// replaced by `.part`: a failed check removes it, but a stream or I/O
+    /// error can leave it.
     Fetch(FetchArgs),
-    /// Delete a snapshot file, only if its sha256 is --sha256 (a file
-    /// this snapshot did not write is left alone, and that is an error).
-    /// A missing file is no error. The outcome goes to --report as JSON.
+    /// Delete a snapshot file, only if its sha256 is --sha256. A file this
+    /// snapshot did not write is left alone: that is the outcome, not a
+    /// failure, so it is reported as LeftAlone and the exit code is 0. A
+    /// missing file is no error. The outcome goes to --report as JSON.
     Remove(RemoveArgs),
     /// Move a restored member directory (`<staging>/member`) into an etcd
     /// data directory, unless that already has a member; then remove
@@ -51,7 +55,8 @@ pub struct SaveArgs {
     /// Where the JSON outcome is written.
     #[arg(long, default_value = TERMINATION_LOG)]
     pub report: PathBuf,
-    /// The deadline of each etcd RPC, and of each snapshot message.
+    /// The deadline of each snapshot RPC and of each snapshot message.
+    /// The HashKV asked afterwards has a fixed deadline of 120 s.
     #[arg(long, default_value_t = 30)]
     pub deadline_seconds: u64,
 }

@@ -513,11 +513,13 @@ fn verify_deadline(size_bytes: i64) -> Duration {
 /// `verify: Restore`: a scratch Pod restores the stored artifact and
 /// serves it; the operator asks it for its revision and keyspace hash.
 ///
-/// Only a verdict on the data is final (`RestoreCheckFailed`: the fetched
-/// copy's checksum, etcdutl's integrity check, the revision or the hash).
-/// A Pod that cannot start, fails otherwise or never answers is a failed
-/// attempt like any other (`PodFailed`), retried from the stream: a good
-/// backup is never discarded for a scheduling or registry problem.
+/// Final at once (`RestoreCheckFailed`): the fetched copy's checksum or
+/// etcd's integrity hash, etcdutl exiting with an error of its own, the
+/// revision or the hash. A Pod that cannot start, is killed, fails
+/// otherwise or never answers is a failed attempt like any other
+/// (`PodFailed`), retried from the stream, so one scheduling or registry
+/// hiccup does not fail a backup; once the attempts run out the snapshot
+/// is Failed like any other, and its object goes with it.
 async fn verify_by_restore(snap: &EtcdSnapshot, ctx: &Context) -> Result<Action, Error> {
     let status = snap.status.clone().unwrap_or_default();
     let Some(artifact) = status.artifact.clone() else {
