@@ -69,6 +69,7 @@ fn client(tls: Option<etcd_client::TlsOptions>) -> EtcdClient {
     EtcdClient::new(ClientConfig {
         deadline: Duration::from_secs(2),
         tls,
+        ..ClientConfig::default()
     })
 }
 

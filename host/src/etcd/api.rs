@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use secrecy::SecretString;
 use steward_policy_sdk::{AlarmKind, EndpointStatus, EtcdMember, ProbeError, ProbeErrorKind};
 
 /// Every etcd RPC the operator makes. Adding a call to [`EtcdApi`] means
@@ -27,11 +28,16 @@ pub enum Rpc {
     AlarmDisarm,
     Snapshot,
     HashKv,
-    // Auth calls (AuthEnable, UserAdd, RoleAdd, ...) go here when they exist.
+    UserAdd,
+    UserChangePassword,
+    RoleAdd,
+    UserGrantRole,
+    AuthEnable,
+    AuthDisable,
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 11] = [
+    pub const ALL: [Rpc; 17] = [
         Rpc::Status,
         Rpc::MemberList,
         Rpc::QuorumRead,
@@ -43,6 +49,12 @@ impl Rpc {
         Rpc::AlarmDisarm,
         Rpc::Snapshot,
         Rpc::HashKv,
+        Rpc::UserAdd,
+        Rpc::UserChangePassword,
+        Rpc::RoleAdd,
+        Rpc::UserGrantRole,
+        Rpc::AuthEnable,
+        Rpc::AuthDisable,
     ];
 
     /// The etcd API name, as operators know it from etcdctl and etcd's logs.
@@ -59,10 +71,17 @@ impl Rpc {
             Rpc::AlarmDisarm => "AlarmDisarm",
             Rpc::Snapshot => "Snapshot",
             Rpc::HashKv => "HashKV",
+            Rpc::UserAdd => "UserAdd",
+            Rpc::UserChangePassword => "UserChangePassword",
+            Rpc::RoleAdd => "RoleAdd",
+            Rpc::UserGrantRole => "UserGrantRole",
+            Rpc::AuthEnable => "AuthEnable",
+            Rpc::AuthDisable => "AuthDisable",
         }
     }
 
-    /// Whether the RPC changes membership, leadership or a member's state.
+    /// Whether the RPC changes membership, leadership, a member's state or
+    /// who may use the cluster.
     /// Such calls are never retried on another endpoint once they may have
     /// reached a server, and never made without verified quorum.
     pub fn is_mutation(self) -> bool {
@@ -74,6 +93,12 @@ impl Rpc {
                 | Rpc::MoveLeader
                 | Rpc::Defragment
                 | Rpc::AlarmDisarm
+                | Rpc::UserAdd
+                | Rpc::UserChangePassword
+                | Rpc::RoleAdd
+                | Rpc::UserGrantRole
+                | Rpc::AuthEnable
+                | Rpc::AuthDisable
         )
     }
 }
@@ -313,8 +338,40 @@ pub trait EtcdApi: Send + Sync {
         deadline: Duration,
     ) -> Result<KvHash, RpcError>;
 
-    // Auth calls (enable auth, users, roles) belong here, each with its
-    // own `Rpc` variant, when auth support lands.
+    /// Creates user `name` (etcd's UserAdd). `Ok(false)` when a user of
+    /// that name already exists: its password is then left as it was, so
+    /// set it with [`EtcdApi::user_change_password`].
+    async fn user_add(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<bool, RpcError>;
+
+    async fn user_change_password(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<(), RpcError>;
+
+    /// Creates role `name`; `Ok(false)` when it already exists.
+    async fn role_add(&self, endpoints: &[String], name: &str) -> Result<bool, RpcError>;
+
+    /// Grants `role` to `user`; granting a role the user has is no error.
+    async fn user_grant_role(
+        &self,
+        endpoints: &[String],
+        user: &str,
+        role: &str,
+    ) -> Result<(), RpcError>;
+
+    /// Turns authentication on. etcd refuses it until a user `root` with
+    /// the role `root` exists, and accepts it when it is already on.
+    async fn auth_enable(&self, endpoints: &[String]) -> Result<(), RpcError>;
+
+    /// Turns authentication off; only `root` may. Accepted when it is off.
+    async fn auth_disable(&self, endpoints: &[String]) -> Result<(), RpcError>;
 }
 
 /// Lets a shared client be wrapped (`FaultyEtcd<Arc<dyn EtcdApi>>`) or
@@ -384,6 +441,47 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
         deadline: Duration,
     ) -> Result<KvHash, RpcError> {
         (**self).hash_kv(endpoint, revision, deadline).await
+    }
+
+    async fn user_add(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<bool, RpcError> {
+        (**self).user_add(endpoints, name, password).await
+    }
+
+    async fn user_change_password(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<(), RpcError> {
+        (**self)
+            .user_change_password(endpoints, name, password)
+            .await
+    }
+
+    async fn role_add(&self, endpoints: &[String], name: &str) -> Result<bool, RpcError> {
+        (**self).role_add(endpoints, name).await
+    }
+
+    async fn user_grant_role(
+        &self,
+        endpoints: &[String],
+        user: &str,
+        role: &str,
+    ) -> Result<(), RpcError> {
+        (**self).user_grant_role(endpoints, user, role).await
+    }
+
+    async fn auth_enable(&self, endpoints: &[String]) -> Result<(), RpcError> {
+        (**self).auth_enable(endpoints).await
+    }
+
+    async fn auth_disable(&self, endpoints: &[String]) -> Result<(), RpcError> {
+        (**self).auth_disable(endpoints).await
     }
 }
 

@@ -15,9 +15,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::fmt;
+
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
 use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
 use steward_policy_sdk::{AlarmKind, EtcdMember, ProbeErrorKind};
 use tonic::transport::Endpoint;
 
@@ -40,8 +43,9 @@ pub struct ClientConfig {
     /// dialled, but no root is trusted, so every server certificate is
     /// rejected and reported as a TLS fault.
     pub tls: Option<etcd_client::TlsOptions>,
-    // Auth (user/password, token refresh) is configured here when it lands;
-    // credentials must stay out of every `RpcError` message.
+    /// The etcd user every RPC authenticates as, once the cluster has
+    /// authentication on. While it is off, the client works without.
+    pub credentials: Option<Credentials>,
 }
 
 impl Default for ClientConfig {
@@ -49,9 +53,40 @@ impl Default for ClientConfig {
         Self {
             deadline: DEFAULT_DEADLINE,
             tls: None,
+            credentials: None,
         }
     }
 }
+
+/// An etcd user and its password. The password never appears in `Debug`
+/// output, and no etcd error quotes it back.
+#[derive(Clone)]
+pub struct Credentials {
+    pub user: String,
+    pub password: SecretString,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// etcd's answer to Authenticate while authentication is off.
+const AUTH_NOT_ENABLED: &str = "authentication is not enabled";
+
+/// etcd's answers to a request whose token (or lack of one) no longer fits
+/// the cluster: authentication was turned on after the client connected
+/// without a token, or the auth store changed (a password, a role) since
+/// the token was issued. Both are cured by authenticating afresh, which is
+/// not the same as credentials that are wrong.
+const STALE_TOKEN: [&str; 2] = [
+    "etcdserver: user name is empty",
+    "etcdserver: revision of auth store is old",
+];
 
 pub struct EtcdClient {
     config: ClientConfig,
@@ -81,7 +116,8 @@ impl EtcdClient {
     /// now resolves to a new Pod's IP, would otherwise keep answering (or
     /// hanging) on a connection that no new client could open. Creating a
     /// client does no I/O (the channel connects lazily), so the lock is never
-    /// held across a network wait.
+    /// held across a network wait. With credentials, creating one
+    /// authenticates (one round trip); it is bounded by the caller's deadline.
     async fn client(&self, rpc: Rpc, endpoint: &str) -> Result<Client, RpcError> {
         let ep = self.endpoint(endpoint).map_err(|message| {
             RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
@@ -94,12 +130,10 @@ impl EtcdClient {
         {
             return Ok(cached.client.clone());
         }
-        let client = Client::from_channel(
-            etcd_client::Channel::Tonic(ep.connect_lazy()),
-            Some(ConnectOptions::new().with_timeout(self.config.deadline)),
-        )
-        .await
-        .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+        let client = self
+            .connect(&ep, self.config.deadline)
+            .await
+            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
         self.lock().insert(
             endpoint.to_owned(),
             Cached {
@@ -108,6 +142,33 @@ impl EtcdClient {
             },
         );
         Ok(client)
+    }
+
+    /// A client on `ep`, authenticated when credentials are configured and
+    /// the cluster has authentication on. etcd-client refreshes an expired
+    /// token by itself and retries the request once.
+    async fn connect(
+        &self,
+        ep: &Endpoint,
+        timeout: Duration,
+    ) -> Result<Client, etcd_client::Error> {
+        let plain = ConnectOptions::new().with_timeout(timeout);
+        let channel = || etcd_client::Channel::Tonic(ep.connect_lazy());
+        let Some(creds) = &self.config.credentials else {
+            return Client::from_channel(channel(), Some(plain)).await;
+        };
+        let authenticated = plain
+            .clone()
+            .with_user(creds.user.clone(), creds.password.expose_secret())
+            .with_auto_token_refresh(true);
+        match Client::from_channel(channel(), Some(authenticated)).await {
+            // Before the operator turns authentication on, and after it
+            // turns it off, requests go without a token.
+            Err(e) if e.to_string().contains(AUTH_NOT_ENABLED) => {
+                Client::from_channel(channel(), Some(plain)).await
+            }
+            result => result,
+        }
     }
 
     /// Drops the cached channel, so the next call dials afresh. Called after
@@ -147,13 +208,24 @@ impl EtcdClient {
     /// name resolution, whichever layer stalls.
     async fn call<T, F, Fut>(&self, rpc: Rpc, endpoint: &str, f: F) -> Result<T, RpcError>
     where
-        F: FnOnce(Client) -> Fut + Send,
+        F: Fn(Client) -> Fut + Send + Sync,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
     {
         let deadline = self.config.deadline;
         let attempt = async {
             let client = self.client(rpc, endpoint).await?;
-            f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
+            match f(client.clone()).await {
+                Ok(v) => Ok(v),
+                Err(e) if self.config.credentials.is_some() && is_stale_token(&e) => {
+                    // The request was refused before it was applied, so it
+                    // may be sent again, once, on a client that
+                    // authenticates afresh.
+                    self.forget(endpoint);
+                    let client = self.client(rpc, endpoint).await?;
+                    f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
+                }
+                Err(e) => Err(rpc_error(rpc, endpoint, &e)),
+            }
         };
         let result = match tokio::time::timeout(deadline, attempt).await {
             Ok(result) => result,
@@ -222,6 +294,16 @@ async fn resolve(uri: &tonic::transport::Uri) -> Result<Vec<SocketAddr>, String>
     addrs.sort();
     addrs.dedup();
     Ok(addrs)
+}
+
+fn is_stale_token(err: &etcd_client::Error) -> bool {
+    let text = err.to_string();
+    STALE_TOKEN.iter().any(|m| text.contains(m))
+}
+
+/// etcd's answer to adding a user or role that exists.
+fn already_exists(err: &RpcError) -> bool {
+    err.message.contains("already exists")
 }
 
 fn never_reached_server(kind: ProbeErrorKind) -> bool {
@@ -373,12 +455,10 @@ impl EtcdApi for EtcdClient {
             .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
             .timeout(deadline);
         let attempt = async {
-            let mut client = Client::from_channel(
-                etcd_client::Channel::Tonic(ep.connect_lazy()),
-                Some(ConnectOptions::new().with_timeout(deadline)),
-            )
-            .await
-            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let mut client = self
+                .connect(&ep, deadline)
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
             client
                 .hash_kv(revision)
                 .await
@@ -480,12 +560,10 @@ impl EtcdApi for EtcdClient {
             .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
             .timeout(deadline);
         let attempt = async {
-            let mut client = Client::from_channel(
-                etcd_client::Channel::Tonic(ep.connect_lazy()),
-                Some(ConnectOptions::new().with_timeout(deadline)),
-            )
-            .await
-            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let mut client = self
+                .connect(&ep, deadline)
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
             client
                 .defragment()
                 .await
@@ -522,12 +600,10 @@ impl EtcdApi for EtcdClient {
             )
         };
         let open = async {
-            let mut client = Client::from_channel(
-                etcd_client::Channel::Tonic(ep.connect_lazy()),
-                Some(ConnectOptions::new().with_timeout(deadline)),
-            )
-            .await
-            .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let mut client = self
+                .connect(&ep, deadline)
+                .await
+                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
             // etcd's snapshot messages carry no header: the revision is
             // this member's own (a serializable read), just before the
             // stream opens.
@@ -602,6 +678,79 @@ impl EtcdApi for EtcdClient {
         // One endpoint: only the leader can hand over, so no other is tried.
         self.call(Rpc::MoveLeader, leader_endpoint, |mut c| async move {
             c.move_leader(target).await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn user_add(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<bool, RpcError> {
+        let added = self
+            .mutate(Rpc::UserAdd, endpoints, |mut c| async move {
+                c.user_add(name, password.expose_secret(), None).await
+            })
+            .await;
+        match added {
+            Ok(_) => Ok(true),
+            Err(e) if already_exists(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn user_change_password(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<(), RpcError> {
+        self.mutate(Rpc::UserChangePassword, endpoints, |mut c| async move {
+            c.user_change_password(name, password.expose_secret()).await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn role_add(&self, endpoints: &[String], name: &str) -> Result<bool, RpcError> {
+        let added = self
+            .mutate(Rpc::RoleAdd, endpoints, |mut c| async move {
+                c.role_add(name).await
+            })
+            .await;
+        match added {
+            Ok(_) => Ok(true),
+            Err(e) if already_exists(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn user_grant_role(
+        &self,
+        endpoints: &[String],
+        user: &str,
+        role: &str,
+    ) -> Result<(), RpcError> {
+        self.mutate(Rpc::UserGrantRole, endpoints, |mut c| async move {
+            c.user_grant_role(user, role).await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn auth_enable(&self, endpoints: &[String]) -> Result<(), RpcError> {
+        self.mutate(Rpc::AuthEnable, endpoints, |mut c| async move {
+            c.auth_enable().await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn auth_disable(&self, endpoints: &[String]) -> Result<(), RpcError> {
+        self.mutate(Rpc::AuthDisable, endpoints, |mut c| async move {
+            c.auth_disable().await
         })
         .await
         .map(drop)

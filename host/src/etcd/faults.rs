@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use secrecy::SecretString;
 use steward_policy_sdk::{EtcdMember, ProbeErrorKind};
 
 use super::api::{AddedMember, EtcdApi, KvHash, Rpc, RpcError, SnapshotStream, StatusInfo};
@@ -352,6 +353,75 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
             Rpc::MoveLeader,
             &eps,
             self.inner.move_leader(leader_endpoint, target),
+        )
+        .await
+    }
+
+    async fn user_add(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<bool, RpcError> {
+        self.run(
+            Rpc::UserAdd,
+            endpoints,
+            self.inner.user_add(endpoints, name, password),
+        )
+        .await
+    }
+
+    async fn user_change_password(
+        &self,
+        endpoints: &[String],
+        name: &str,
+        password: &SecretString,
+    ) -> Result<(), RpcError> {
+        self.run(
+            Rpc::UserChangePassword,
+            endpoints,
+            self.inner.user_change_password(endpoints, name, password),
+        )
+        .await
+    }
+
+    async fn role_add(&self, endpoints: &[String], name: &str) -> Result<bool, RpcError> {
+        self.run(
+            Rpc::RoleAdd,
+            endpoints,
+            self.inner.role_add(endpoints, name),
+        )
+        .await
+    }
+
+    async fn user_grant_role(
+        &self,
+        endpoints: &[String],
+        user: &str,
+        role: &str,
+    ) -> Result<(), RpcError> {
+        self.run(
+            Rpc::UserGrantRole,
+            endpoints,
+            self.inner.user_grant_role(endpoints, user, role),
+        )
+        .await
+    }
+
+    async fn auth_enable(&self, endpoints: &[String]) -> Result<(), RpcError> {
+        self.run(
+            Rpc::AuthEnable,
+            endpoints,
+            self.inner.auth_enable(endpoints),
+        )
+        .await
+    }
+
+    async fn auth_disable(&self, endpoints: &[String]) -> Result<(), RpcError> {
+        self.run(
+            Rpc::AuthDisable,
+            endpoints,
+            self.inner.auth_disable(endpoints),
         )
         .await
     }

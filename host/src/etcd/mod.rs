@@ -13,5 +13,5 @@ mod faults;
 
 pub use api::{AddedMember, EtcdApi, KvHash, Rpc, RpcError, SnapshotStream, StatusInfo};
 pub use classify::redact;
-pub use client::{ClientConfig, DEFAULT_DEADLINE, EtcdClient, alarms_for};
+pub use client::{ClientConfig, Credentials, DEFAULT_DEADLINE, EtcdClient, alarms_for};
 pub use faults::{Failure, Fault, Faults, FaultyEtcd, SuccessHook, Times};
