@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`): formatting, lints, the JS SDK's
-# unit tests, then every test of the workspace inside a private mount
-# namespace (the local kubelet publishes Pod names in a private /etc/hosts
-# there) with real etcd binaries and the real Kubernetes control plane
+# unit tests, then every test of the workspace inside a private mount and
+# network namespace (the local kubelet publishes Pod names in a private
+# /etc/hosts there, and Pods get addresses from 10.244.0.0/16) with real etcd binaries and the real Kubernetes control plane
 # (scripts/ensure-kube.sh). The Python and JavaScript SDK examples and
 # scaffolds are built by the tests with each SDK's build.sh, which installs
 # its pinned tools (componentize-py from PyPI, componentize-js from npm).
@@ -62,7 +62,7 @@ policies/js/test.sh
 say "the Python SDK's unit tests"
 policies/python/test.sh
 
-say "cargo test (in a private mount namespace)"
+say "cargo test (in a private mount and network namespace)"
 # Without the sandbox feature: the binary the in-cluster tests run is the
 # one a cluster runs. The sandbox's own unit tests follow, with it.
 scripts/in-namespace.sh cargo test --workspace --no-fail-fast "$@"

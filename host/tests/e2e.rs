@@ -145,6 +145,60 @@ fn three_members_become_available_and_etcd_sees_three_voters() {
                 m.metadata.name
             );
         }
+
+        // Pods have addresses the API server accepts in EndpointSlices (not
+        // loopback ones), so the Services applications use have endpoints:
+        // every member's Pod IP, ready, in both.
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let mut ips = Vec::new();
+        for n in env.member_names("alpha").await {
+            let ip = pods.get(&n).await.unwrap().status.unwrap().pod_ip.unwrap();
+            let parsed: std::net::Ipv4Addr = ip.parse().unwrap();
+            assert!(!parsed.is_loopback() && parsed.is_private(), "{n}: {ip}");
+            ips.push(ip);
+        }
+        ips.sort();
+        let slices: kube::Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        for service in ["alpha-client", "alpha"] {
+            let selector = format!("kubernetes.io/service-name={service}");
+            let start = std::time::Instant::now();
+            loop {
+                let mut ready: Vec<String> = slices
+                    .list(&kube::api::ListParams::default().labels(&selector))
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .flat_map(|s| s.endpoints.unwrap_or_default())
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                    .flat_map(|e| e.addresses)
+                    .collect();
+                ready.sort();
+                if ready == ips {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < EVENTUALLY,
+                    "{service}: ready endpoints {ready:?}, Pod IPs {ips:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+        // As an application writes: to the client Service's name, which
+        // resolves to its ClusterIP, forwarded to a ready member by the
+        // testbed's Service proxy.
+        let service = format!("http://alpha-client.{NS}.svc:2379");
+        env.etcdctl(&service, &["put", "/steward/via-service", "through it"])
+            .await;
+        let got = env
+            .etcdctl(
+                &endpoints,
+                &["get", "/steward/via-service", "--print-value-only"],
+            )
+            .await;
+        assert_eq!(got.trim(), "through it");
         env.shutdown().await;
     });
 }

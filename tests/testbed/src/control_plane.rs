@@ -17,6 +17,7 @@ use crate::fault_proxy::FaultProxy;
 use crate::kube_bin::KubeBinaries;
 use crate::kubelet::{Kubelet, KubeletConfig, provisioner::Provisioner};
 use crate::pki::{CertFiles, Pki};
+use crate::service_proxy::ServiceProxy;
 
 /// How long one component may take to become ready. Generous: a loaded
 /// 2-core machine starting several control planes at once is slow, and a
@@ -40,8 +41,9 @@ pub enum Scope {
 /// A running control plane. [`ControlPlane::shutdown`] stops every etcd the
 /// kubelet started and then the components; dropping it kills them all.
 pub struct ControlPlane {
-    // Field order is drop order: the kubelet's processes go first, the
-    // control plane's etcd last.
+    // Field order is drop order: the Service proxy and the kubelet's
+    // processes go first, the control plane's etcd last.
+    service_proxy: Option<ServiceProxy>,
     kubelet: Option<Kubelet>,
     provisioner: Option<Provisioner>,
     scheduler: Option<Component>,
@@ -132,6 +134,7 @@ impl ControlPlane {
             .await?;
 
         let mut plane = ControlPlane {
+            service_proxy: None,
             kubelet: None,
             provisioner: None,
             scheduler: None,
@@ -180,6 +183,8 @@ impl ControlPlane {
                     .await
                     .context("starting the local kubelet")?,
             );
+            plane.service_proxy = ServiceProxy::start(client.clone(), SERVICE_CIDR)
+                .context("starting the Service proxy")?;
         }
         plane.startup = started.elapsed();
         tracing::info!(startup = ?plane.startup, "test control plane ready at {url}");
@@ -260,6 +265,7 @@ impl ControlPlane {
     /// Stops every etcd the kubelet started, then the components in reverse
     /// order of their start.
     pub async fn shutdown(mut self) {
+        self.service_proxy.take();
         if let Some(k) = self.kubelet.take() {
             k.shutdown().await;
         }

@@ -17,6 +17,7 @@ pub mod registry;
 pub mod repo;
 pub mod s3;
 pub mod sdk_examples;
+pub mod service_proxy;
 pub mod status_consumers;
 
 pub use control_plane::{ControlPlane, run_control_plane_only};
