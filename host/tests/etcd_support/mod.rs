@@ -4,9 +4,11 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -30,10 +32,20 @@ pub fn etcd_dir() -> PathBuf {
     .clone()
 }
 
-/// A free port on `ip`. The listener is dropped before etcd binds it; the
-/// race with another process is harmless on a per-test loopback address.
+/// A free port on `ip`, never one this process handed out before. The
+/// listener is dropped before etcd binds it, and the kernel may give the
+/// same port to the next `bind(0)` on the address; tests running in
+/// parallel share the addresses of [`loopback`], so a port once handed out
+/// is not handed out again (a CI run saw two members get one port).
 pub fn free_addr(ip: Ipv4Addr) -> SocketAddr {
-    TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
+    static GIVEN: Mutex<BTreeSet<SocketAddr>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let addr = TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap();
+        if given.insert(addr) {
+            return addr;
+        }
+    }
 }
 
 /// The loopback address of member `i`: one address per member, so a log

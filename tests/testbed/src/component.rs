@@ -134,9 +134,20 @@ impl Drop for Component {
     }
 }
 
-/// A free TCP port on 127.0.0.1. Another process may take it before the
-/// component binds it; the component then fails to start and says so.
+/// A free TCP port on 127.0.0.1, never one this process handed out before
+/// (the kernel may give a released port to the next `bind(0)`, and
+/// parallel tests start components at once). Another process may still
+/// take it before the component binds it; the component then fails to
+/// start and says so.
 pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+        let port = l.local_addr()?.port();
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
 }
