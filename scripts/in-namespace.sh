@@ -10,6 +10,11 @@
 # docs/local-kubelet.md.
 #
 #   scripts/in-namespace.sh cargo test -p steward-testbed
+#   scripts/in-namespace.sh --host-network CMD   # the machine's network, loopback Pod IPs
+#
+# --host-network leaves out the network namespace, as for a sandbox that
+# kubectl in another shell must reach (Pods then get loopback addresses,
+# which Services' endpoints refuse, and there is no Service proxy).
 #
 # Nothing inside reaches the network outside, not even the machine's own
 # loopback: build first (cargo, Go, npm and pip caches), then run tests here.
@@ -23,12 +28,13 @@ pod_network=10.244.0.0/16
 service_network=10.96.0.0/16
 
 if [ "${1:-}" = "--inside" ]; then
-  dir=$2; shift 2
+  dir=$2; net=$3; shift 3
   cp /etc/hosts "$dir/hosts"
   printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' > "$dir/resolv.conf"
   mount --bind "$dir/hosts" /etc/hosts
   mount --bind "$dir/resolv.conf" /etc/resolv.conf
   export "$marker=$dir/hosts"
+  [ "$net" = private ] || exec "$@"
   ip link set lo up
   # Type local: every address of the range is this namespace's own, as
   # 127.0.0.0/8 is, without an address per Pod.
@@ -39,8 +45,10 @@ if [ "${1:-}" = "--inside" ]; then
   exec "$@"
 fi
 
+net=private
+if [ "${1:-}" = "--host-network" ]; then net=host; shift; fi
 if [ $# -eq 0 ]; then
-  echo "usage: $0 COMMAND [ARGS...]" >&2
+  echo "usage: $0 [--host-network] COMMAND [ARGS...]" >&2
   exit 2
 fi
 if ! command -v unshare >/dev/null 2>&1; then
@@ -56,14 +64,16 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/etcd-steward-ns.XXXXXX")
 # The private files are deleted once the command is done; the namespace
 # (and its mounts) vanish with its last process.
 trap 'rm -rf "$dir"' EXIT
+ns=(--mount)
+if [ "$net" = private ]; then ns+=(--net); fi
 if [ "$(id -u)" = 0 ]; then
-  unshare --mount --net --propagation private "$0" --inside "$dir" "$@"
+  unshare "${ns[@]}" --propagation private "$0" --inside "$dir" "$net" "$@"
 else
-  if ! unshare --user --map-root-user --mount --net --propagation private true 2>/dev/null; then
-    echo "in-namespace: cannot create a user+mount+network namespace as $(id -un);" \
+  if ! unshare --user --map-root-user "${ns[@]}" --propagation private true 2>/dev/null; then
+    echo "in-namespace: cannot create a user+mount(+network) namespace as $(id -un);" \
          "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1" \
          "or kernel.apparmor_restrict_unprivileged_userns=0) or run as root" >&2
     exit 1
   fi
-  unshare --user --map-root-user --mount --net --propagation private "$0" --inside "$dir" "$@"
+  unshare --user --map-root-user "${ns[@]}" --propagation private "$0" --inside "$dir" "$net" "$@"
 fi

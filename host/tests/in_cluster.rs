@@ -287,10 +287,10 @@ async fn reconciles_and_hands_over(env: &Env, name: &str, deployment: &str, imag
 /// /readyz; exactly the Lease holder reports leading and the cluster it
 /// reconciles.
 ///
-/// The endpointslice controller runs, but the real apiserver refuses
-/// loopback endpoint addresses and the local kubelet's Pod IPs are loopback
-/// (docs/local-kubelet.md), so the Service is followed as a scraper's
-/// service discovery does: its selector, then the port its targetPort names.
+/// The Service is followed as a scraper's service discovery does: its
+/// selector, then the port its targetPort names. (Its EndpointSlices are
+/// filled too under `scripts/in-namespace.sh`, where Pod IPs are routable;
+/// e2e.rs checks those of a cluster's Services.)
 async fn scrapes_every_replica_through_its_metrics_service(
     env: &Env,
     service: &str,

@@ -78,12 +78,11 @@ impl fmt::Debug for Credentials {
 /// etcd's answer to Authenticate while authentication is off.
 const AUTH_NOT_ENABLED: &str = "authentication is not enabled";
 
-/// etcd's answers to a request whose token (or lack of one) no longer fits
-/// the cluster: authentication was turned on after the client connected
-/// without a token, or the auth store changed (a password, a role) since
-/// the token was issued. Both are cured by authenticating afresh, which is
-/// not the same as credentials that are wrong.
-const STALE_TOKEN: [&str; 2] = [
+/// etcd's answers to a request sent without a token, or with one issued
+/// before the auth store changed (a password, a role), while authentication
+/// is on. Both are cured by authenticating afresh, which is not the same as
+/// credentials that are wrong.
+const NEEDS_TOKEN: [&str; 2] = [
     "etcdserver: user name is empty",
     "etcdserver: revision of auth store is old",
 ];
@@ -97,6 +96,8 @@ struct Cached {
     /// What the endpoint's host resolved to when the client was made.
     addrs: Vec<SocketAddr>,
     client: Client,
+    /// Whether it authenticated: the endpoint's auth state as last seen.
+    authenticated: bool,
 }
 
 impl EtcdClient {
@@ -116,8 +117,12 @@ impl EtcdClient {
     /// now resolves to a new Pod's IP, would otherwise keep answering (or
     /// hanging) on a connection that no new client could open. Creating a
     /// client does no I/O (the channel connects lazily), so the lock is never
-    /// held across a network wait. With credentials, creating one
-    /// authenticates (one round trip); it is bounded by the caller's deadline.
+    /// held across a network wait.
+    ///
+    /// A new client sends no token: etcd answers Authenticate only after a
+    /// quorum read, so a client that authenticated first could not even
+    /// ask a member for its Status without quorum. It authenticates once an
+    /// answer shows that auth is on ([`EtcdClient::reconnect`]).
     async fn client(&self, rpc: Rpc, endpoint: &str) -> Result<Client, RpcError> {
         let ep = self.endpoint(endpoint).map_err(|message| {
             RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
@@ -130,8 +135,35 @@ impl EtcdClient {
         {
             return Ok(cached.client.clone());
         }
-        let client = self
-            .connect(&ep, self.config.deadline)
+        self.dial(rpc, endpoint, &ep, addrs, false).await
+    }
+
+    /// Replaces the endpoint's client by one that authenticates, or not.
+    async fn reconnect(
+        &self,
+        rpc: Rpc,
+        endpoint: &str,
+        authenticate: bool,
+    ) -> Result<Client, RpcError> {
+        let ep = self.endpoint(endpoint).map_err(|message| {
+            RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
+        })?;
+        let addrs = resolve(ep.uri()).await.map_err(|message| {
+            RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Dns, message)
+        })?;
+        self.dial(rpc, endpoint, &ep, addrs, authenticate).await
+    }
+
+    async fn dial(
+        &self,
+        rpc: Rpc,
+        endpoint: &str,
+        ep: &Endpoint,
+        addrs: Vec<SocketAddr>,
+        authenticate: bool,
+    ) -> Result<Client, RpcError> {
+        let (client, authenticated) = self
+            .connect(ep, self.config.deadline, authenticate)
             .await
             .map_err(|e| rpc_error(rpc, endpoint, &e))?;
         self.lock().insert(
@@ -139,35 +171,56 @@ impl EtcdClient {
             Cached {
                 addrs,
                 client: client.clone(),
+                authenticated,
             },
         );
         Ok(client)
     }
 
-    /// A client on `ep`, authenticated when credentials are configured and
-    /// the cluster has authentication on. etcd-client refreshes an expired
-    /// token by itself and retries the request once.
+    /// A client of its own for a call longer than the per-RPC deadline,
+    /// authenticated if the endpoint's cached client is. When auth was
+    /// switched since, the call fails with an auth fault and its caller's
+    /// next attempt finds the state the probes have seen meanwhile.
+    async fn own_client(
+        &self,
+        rpc: Rpc,
+        endpoint: &str,
+        ep: &Endpoint,
+        timeout: Duration,
+    ) -> Result<Client, RpcError> {
+        let authenticate = self.lock().get(endpoint).is_some_and(|c| c.authenticated);
+        self.connect(ep, timeout, authenticate)
+            .await
+            .map(|(client, _)| client)
+            .map_err(|e| rpc_error(rpc, endpoint, &e))
+    }
+
+    /// A client on `ep`, and whether it authenticated: only when asked,
+    /// credentials are configured, and the cluster has auth on. etcd-client
+    /// then refreshes an expired token by itself and resends the request
+    /// once.
     async fn connect(
         &self,
         ep: &Endpoint,
         timeout: Duration,
-    ) -> Result<Client, etcd_client::Error> {
+        authenticate: bool,
+    ) -> Result<(Client, bool), etcd_client::Error> {
         let plain = ConnectOptions::new().with_timeout(timeout);
         let channel = || etcd_client::Channel::Tonic(ep.connect_lazy());
-        let Some(creds) = &self.config.credentials else {
-            return Client::from_channel(channel(), Some(plain)).await;
+        let creds = match &self.config.credentials {
+            Some(creds) if authenticate => creds,
+            _ => return Ok((Client::from_channel(channel(), Some(plain)).await?, false)),
         };
-        let authenticated = plain
+        let with_user = plain
             .clone()
             .with_user(creds.user.clone(), creds.password.expose_secret())
             .with_auto_token_refresh(true);
-        match Client::from_channel(channel(), Some(authenticated)).await {
-            // Before the operator turns authentication on, and after it
-            // turns it off, requests go without a token.
+        match Client::from_channel(channel(), Some(with_user)).await {
+            // Auth was turned off meanwhile: requests go without a token.
             Err(e) if e.to_string().contains(AUTH_NOT_ENABLED) => {
-                Client::from_channel(channel(), Some(plain)).await
+                Ok((Client::from_channel(channel(), Some(plain)).await?, false))
             }
-            result => result,
+            result => Ok((result?, true)),
         }
     }
 
@@ -214,17 +267,18 @@ impl EtcdClient {
         let deadline = self.config.deadline;
         let attempt = async {
             let client = self.client(rpc, endpoint).await?;
-            match f(client.clone()).await {
+            match f(client).await {
                 Ok(v) => Ok(v),
-                Err(e) if self.config.credentials.is_some() && is_stale_token(&e) => {
-                    // The request was refused before it was applied, so it
-                    // may be sent again, once, on a client that
-                    // authenticates afresh.
-                    self.forget(endpoint);
-                    let client = self.client(rpc, endpoint).await?;
-                    f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
-                }
-                Err(e) => Err(rpc_error(rpc, endpoint, &e)),
+                Err(e) => match self.auth_switch(&e) {
+                    // etcd refused the request before applying it, for a
+                    // token it lacked or no longer takes, so it may be sent
+                    // again, once, on a client that fits the auth state.
+                    Some(authenticate) => {
+                        let client = self.reconnect(rpc, endpoint, authenticate).await?;
+                        f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
+                    }
+                    None => Err(rpc_error(rpc, endpoint, &e)),
+                },
             }
         };
         let result = match tokio::time::timeout(deadline, attempt).await {
@@ -296,9 +350,21 @@ async fn resolve(uri: &tonic::transport::Uri) -> Result<Vec<SocketAddr>, String>
     Ok(addrs)
 }
 
-fn is_stale_token(err: &etcd_client::Error) -> bool {
-    let text = err.to_string();
-    STALE_TOKEN.iter().any(|m| text.contains(m))
+impl EtcdClient {
+    /// Whether `err` says the cluster's auth state is not the one the
+    /// client assumed: `Some(true)` to authenticate (afresh), `Some(false)`
+    /// to go without a token. Never without credentials to authenticate.
+    fn auth_switch(&self, err: &etcd_client::Error) -> Option<bool> {
+        self.config.credentials.as_ref()?;
+        let text = err.to_string();
+        if NEEDS_TOKEN.iter().any(|m| text.contains(m)) {
+            Some(true)
+        } else if text.contains(AUTH_NOT_ENABLED) {
+            Some(false)
+        } else {
+            None
+        }
+    }
 }
 
 /// etcd's answer to adding a user or role that exists.
@@ -455,10 +521,7 @@ impl EtcdApi for EtcdClient {
             .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
             .timeout(deadline);
         let attempt = async {
-            let mut client = self
-                .connect(&ep, deadline)
-                .await
-                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let mut client = self.own_client(rpc, endpoint, &ep, deadline).await?;
             client
                 .hash_kv(revision)
                 .await
@@ -560,10 +623,7 @@ impl EtcdApi for EtcdClient {
             .map_err(|m| RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, m))?
             .timeout(deadline);
         let attempt = async {
-            let mut client = self
-                .connect(&ep, deadline)
-                .await
-                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let mut client = self.own_client(rpc, endpoint, &ep, deadline).await?;
             client
                 .defragment()
                 .await
@@ -600,10 +660,7 @@ impl EtcdApi for EtcdClient {
             )
         };
         let open = async {
-            let mut client = self
-                .connect(&ep, deadline)
-                .await
-                .map_err(|e| rpc_error(rpc, endpoint, &e))?;
+            let mut client = self.own_client(rpc, endpoint, &ep, deadline).await?;
             // etcd's snapshot messages carry no header: the revision is
             // this member's own (a serializable read), just before the
             // stream opens.

@@ -345,9 +345,10 @@ fn apiserver_args(certs: &Certs, etcd_url: &str, port: u16) -> Vec<String> {
         format!("--etcd-servers={etcd_url}"),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),
-        // The `kubernetes` Service's endpoints may not be loopback; with no
-        // kube-proxy nothing routes its ClusterIP anyway, and Pods get the
-        // apiserver's real address (envtest runs it the same way).
+        // The `kubernetes` Service's endpoints may not be loopback, and the
+        // apiserver listens on loopback only; Pods get its real address in
+        // KUBERNETES_SERVICE_HOST (envtest runs it the same way), and the
+        // Service proxy closes connections to the ClusterIP at once.
         "--endpoint-reconciler-type=none".into(),
         format!("--secure-port={port}"),
         format!("--tls-cert-file={}", p(&certs.apiserver.cert)),

@@ -9,8 +9,13 @@
 //! whose loopback holds a local route for the Service network
 //! (`ETCD_STEWARD_SERVICE_NETWORK`), so a listener can bind any ClusterIP
 //! and nothing outside that namespace is reached. A Service without a ready
-//! endpoint refuses connections, as kube-proxy rejects them. UDP ports,
-//! `sessionAffinity`, `internalTrafficPolicy` and NodePorts are ignored.
+//! endpoint closes each connection at once (kube-proxy rejects it). UDP
+//! ports, `sessionAffinity`, `internalTrafficPolicy` and NodePorts are
+//! ignored. Every control plane of a process runs its own proxy on the same
+//! Service network: two planes that give out the same ClusterIP (each
+//! apiserver gives `kubernetes` 10.96.0.1) cannot both be proxied, and the
+//! second's listener is not made (a warning says so). The one test that
+//! goes through a Service runs alone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -217,9 +222,18 @@ fn publish(
 
 async fn serve(listener: TcpListener, key: PortKey, table: Table) {
     let next = AtomicUsize::new(0);
+    // The connections end with the listener: aborted when this task is.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let Ok((mut inbound, _)) = listener.accept().await else {
-            continue;
+        while connections.try_join_next().is_some() {}
+        let mut inbound = match listener.accept().await {
+            Ok((inbound, _)) => inbound,
+            Err(e) => {
+                // Out of file descriptors, say: wait rather than spin.
+                tracing::warn!("service proxy: accepting for {key:?}: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let targets = table.lock().unwrap().get(&key).cloned().unwrap_or_default();
         if targets.is_empty() {
@@ -228,7 +242,7 @@ async fn serve(listener: TcpListener, key: PortKey, table: Table) {
             continue;
         }
         let target = targets[next.fetch_add(1, Ordering::Relaxed) % targets.len()];
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Ok(mut outbound) = TcpStream::connect(target).await {
                 let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
             }
