@@ -927,19 +927,10 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
         // status is written. The auth calls are not made by any reconcile
         // yet (spec.auth is refused by CEL); etcd_auth.rs runs them against
         // real etcd.
-        for rpc in Rpc::ALL.into_iter().filter(|r| {
-            !matches!(
-                r,
-                Rpc::Snapshot
-                    | Rpc::HashKv
-                    | Rpc::UserAdd
-                    | Rpc::UserChangePassword
-                    | Rpc::RoleAdd
-                    | Rpc::UserGrantRole
-                    | Rpc::AuthEnable
-                    | Rpc::AuthDisable
-            )
-        }) {
+        for rpc in Rpc::ALL
+            .into_iter()
+            .filter(|r| !matches!(r, Rpc::Snapshot | Rpc::HashKv) && !Rpc::AUTH.contains(r))
+        {
             let op = Operator::new(run_args());
             op.faults.inject(Fault::fail(rpc, ProbeErrorKind::Timeout));
             let ctx = op.context(env.operator_client.clone()).await.unwrap();

@@ -57,6 +57,16 @@ impl Rpc {
         Rpc::AuthDisable,
     ];
 
+    /// The calls that set up who may use the cluster.
+    pub const AUTH: [Rpc; 6] = [
+        Rpc::UserAdd,
+        Rpc::UserChangePassword,
+        Rpc::RoleAdd,
+        Rpc::UserGrantRole,
+        Rpc::AuthEnable,
+        Rpc::AuthDisable,
+    ];
+
     /// The etcd API name, as operators know it from etcdctl and etcd's logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -93,13 +103,7 @@ impl Rpc {
                 | Rpc::MoveLeader
                 | Rpc::Defragment
                 | Rpc::AlarmDisarm
-                | Rpc::UserAdd
-                | Rpc::UserChangePassword
-                | Rpc::RoleAdd
-                | Rpc::UserGrantRole
-                | Rpc::AuthEnable
-                | Rpc::AuthDisable
-        )
+        ) || Rpc::AUTH.contains(&self)
     }
 }
 

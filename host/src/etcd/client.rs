@@ -367,9 +367,13 @@ impl EtcdClient {
     }
 }
 
-/// etcd's answer to adding a user or role that exists.
-fn already_exists(err: &RpcError) -> bool {
-    err.message.contains("already exists")
+/// Whether an add created the user or role: etcd refuses one that exists.
+fn created<T>(added: Result<T, RpcError>) -> Result<bool, RpcError> {
+    match added {
+        Ok(_) => Ok(true),
+        Err(e) if e.message.contains("already exists") => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 fn never_reached_server(kind: ProbeErrorKind) -> bool {
@@ -751,11 +755,7 @@ impl EtcdApi for EtcdClient {
                 c.user_add(name, password.expose_secret(), None).await
             })
             .await;
-        match added {
-            Ok(_) => Ok(true),
-            Err(e) if already_exists(&e) => Ok(false),
-            Err(e) => Err(e),
-        }
+        created(added)
     }
 
     async fn user_change_password(
@@ -777,11 +777,7 @@ impl EtcdApi for EtcdClient {
                 c.role_add(name).await
             })
             .await;
-        match added {
-            Ok(_) => Ok(true),
-            Err(e) if already_exists(&e) => Ok(false),
-            Err(e) => Err(e),
-        }
+        created(added)
     }
 
     async fn user_grant_role(
