@@ -86,6 +86,8 @@ pub struct Context {
     pub watches: Watches,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
+    /// Each cluster's etcd credentials, as read and as etcd took them.
+    pub auth: crate::auth::Registry,
     action_errors: Mutex<HashMap<String, String>>,
     /// When etcd last verified each cluster (by UID), exactly; the status
     /// shows it at most `verified_refresh` late.
@@ -304,6 +306,14 @@ impl Context {
             self.written_status.lock().expect("poisoned").remove(&uid);
             self.defrags.lock().expect("poisoned").remove(&uid);
             self.restore_checks.lock().expect("poisoned").remove(&uid);
+            self.auth.forget(&uid);
+        }
+        if K::kind(&()) == "EtcdCluster" {
+            let domain = crate::resources::cluster_domain(
+                &obj.meta().name.clone().unwrap_or_default(),
+                &obj.meta().namespace.clone().unwrap_or_default(),
+            );
+            self.etcd.set_credentials(&domain, None);
         }
         self.applied
             .lock()
@@ -425,6 +435,7 @@ impl Context {
             watches,
             config,
             metrics,
+            auth: Default::default(),
             action_errors: Mutex::default(),
             verified_at: Mutex::default(),
             written_status: Mutex::default(),

@@ -63,6 +63,9 @@ pub enum ActError {
     /// leader, Defragment to the member), and it did not answer this round.
     #[error("member {member} did not answer this round; {rpc} must be sent to it")]
     Unanswered { member: String, rpc: &'static str },
+    /// The root Secret could not be read since the step was planned.
+    #[error("{step}: the root credentials from spec.auth.rootCredentialsSecretRef are not at hand")]
+    NoCredentials { step: &'static str },
 }
 
 impl ActError {

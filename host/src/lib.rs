@@ -7,6 +7,7 @@
 //! EtcdStatusPolicies clusters select, off the reconcile path.
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod cluster;
 pub mod conditions;

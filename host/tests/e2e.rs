@@ -924,12 +924,12 @@ fn every_failing_etcd_rpc_still_yields_a_written_unavailable_status() {
 
         // Snapshot and HashKV are no calls of the cluster reconcile:
         // backup.rs fails them under an EtcdSnapshot and checks that its
-        // status is written. The auth calls are not made by any reconcile
-        // yet (spec.auth is refused by CEL); etcd_auth.rs runs them against
-        // real etcd.
+        // status is written. The auth calls are mutations: never made
+        // without verified quorum (asserted below); the spec.auth test
+        // fails AuthEnable on a verified cluster.
         for rpc in Rpc::ALL
             .into_iter()
-            .filter(|r| !matches!(r, Rpc::Snapshot | Rpc::HashKv) && !Rpc::AUTH.contains(r))
+            .filter(|r| !matches!(r, Rpc::Snapshot | Rpc::HashKv))
         {
             let op = Operator::new(run_args());
             op.faults.inject(Fault::fail(rpc, ProbeErrorKind::Timeout));
@@ -2612,4 +2612,237 @@ fn assert_timeline_verified(moments: &[Moment]) {
             );
         }
     }
+}
+
+/// Runs the real etcdctl, as `user` (`name:password`) when given; returns
+/// whether it succeeded, and its stdout or stderr.
+async fn etcdctl_as(
+    env: &Env,
+    endpoints: &str,
+    user: Option<&str>,
+    args: &[&str],
+) -> (bool, String) {
+    let bin = env.plane.kubelet().etcd().etcdctl.clone();
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg(format!("--endpoints={endpoints}"))
+        .arg("--command-timeout=5s");
+    if let Some(user) = user {
+        cmd.arg(format!("--user={user}"));
+    }
+    let out = cmd.args(args).output().await.expect("running etcdctl");
+    let text = if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    } else {
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    (out.status.success(), text)
+}
+
+async fn set_root_secret(env: &Env, name: &str, password: &str) {
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": NS},
+        "type": "kubernetes.io/basic-auth",
+        "stringData": {"username": "root", "password": password},
+    });
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(env.client.clone(), NS);
+    secrets
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("e2e").force(),
+            &kube::api::Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+}
+
+/// spec.auth end to end, on real etcd: a failed AuthEnable still writes
+/// the status and is retried; auth goes on with the Secret's password; a
+/// password changed behind the operator's back is AuthCredentialsRejected
+/// (no membership change, data kept) until the Secret has it; a password
+/// changed in the Secret is set in etcd; enabled: false turns auth off.
+/// No password appears in the status or an Event.
+#[test]
+fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes_are_applied() {
+    use etcd_steward::etcd::{Fault, Rpc};
+    use steward_policy_sdk::ProbeErrorKind;
+    const FIRST: &str = "first-Pa55word-7q";
+    const BEHIND: &str = "behind-the-back-Pa55-3k";
+    const ROTATED: &str = "rotated-Pa55word-9z";
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        set_root_secret(&env, "auth-root", FIRST).await;
+        env.faults
+            .inject(Fault::fail(Rpc::AuthEnable, ProbeErrorKind::Other));
+        let cluster: etcd_steward::api::EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "auth", "namespace": NS},
+            "spec": {"replicas": 3, "storage": {"size": "1Gi"},
+                     "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "auth-root"}}}
+        }))
+        .unwrap();
+        env.clusters()
+            .create(&Default::default(), &cluster)
+            .await
+            .unwrap();
+
+        // AuthEnable fails: the status is still written, verified, with the
+        // failure in lastActionError, and etcd still takes requests without
+        // a user.
+        let c = env
+            .wait_for("auth", "AuthEnable failing shows in the status", |c| {
+                condition(c, "Available") == Some("True")
+                    && ready_members(c) == 3
+                    && c.status.as_ref().is_some_and(|s| {
+                        s.auth_enabled == Some(false)
+                            && s.last_action_error
+                                .as_deref()
+                                .is_some_and(|e| e.contains("AuthEnable"))
+                    })
+            })
+            .await;
+        let endpoints = env.endpoints("auth").await;
+        let (ok, out) = etcdctl_as(&env, &endpoints, None, &["put", "/auth/open", "1"]).await;
+        assert!(ok, "auth is still off: {out}");
+
+        env.faults.clear(Rpc::AuthEnable);
+        let c = env
+            .wait_for("auth", "authEnabled", |c| {
+                condition(c, "Available") == Some("True")
+                    && c.status
+                        .as_ref()
+                        .is_some_and(|s| s.auth_enabled == Some(true))
+            })
+            .await;
+        assert_eq!(ready_members(&c), 3);
+        let root = format!("root:{FIRST}");
+        let (ok, out) = etcdctl_as(&env, &endpoints, None, &["put", "/auth/k", "v"]).await;
+        assert!(!ok, "without a user etcd refuses: {out}");
+        let (ok, out) = etcdctl_as(&env, &endpoints, Some(&root), &["put", "/auth/k", "v"]).await;
+        assert!(ok, "root with the Secret's password: {out}");
+        let members_before = env.member_names("auth").await;
+
+        // Someone changes root's password in etcd: every RPC is refused, and
+        // the status says so rather than that the cluster is unreachable.
+        let mut child = tokio::process::Command::new(env.plane.kubelet().etcd().etcdctl.clone())
+            .arg(format!("--endpoints={endpoints}"))
+            .arg(format!("--user={root}"))
+            .args(["user", "passwd", "root", "--interactive=false"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use tokio::io::AsyncWriteExt;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin
+                .write_all(format!("{BEHIND}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        let out = child.wait_with_output().await.unwrap();
+        assert!(out.status.success(), "etcdctl user passwd");
+        let c = env
+            .wait_for("auth", "AuthCredentialsRejected", |c| {
+                condition_reason(c, "Available") == Some("AuthCredentialsRejected")
+            })
+            .await;
+        assert_eq!(condition(&c, "Available"), Some("False"));
+        assert_eq!(ready_members(&c), 0);
+        assert!(
+            condition_message(&c, "Available")
+                .is_some_and(|m| m.contains("rootCredentialsSecretRef")),
+            "{}",
+            conditions_line(&c)
+        );
+        assert_eq!(
+            env.member_names("auth").await,
+            members_before,
+            "no membership change"
+        );
+        let behind = format!("root:{BEHIND}");
+        let (ok, out) = etcdctl_as(
+            &env,
+            &endpoints,
+            Some(&behind),
+            &["get", "/auth/k", "--print-value-only"],
+        )
+        .await;
+        assert!(ok && out.trim() == "v", "the data is kept: {out}");
+
+        // The Secret gets the password etcd has: verified again.
+        set_root_secret(&env, "auth-root", BEHIND).await;
+        env.wait_for("auth", "Available with the mended Secret", |c| {
+            condition(c, "Available") == Some("True") && ready_members(c) == 3
+        })
+        .await;
+
+        // A new password in the Secret is set in etcd.
+        set_root_secret(&env, "auth-root", ROTATED).await;
+        let rotated = format!("root:{ROTATED}");
+        let start = std::time::Instant::now();
+        loop {
+            let (ok, _) = etcdctl_as(&env, &endpoints, Some(&rotated), &["get", "/auth/k"]).await;
+            if ok {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "etcd never took the rotated password"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let (ok, _) = etcdctl_as(&env, &endpoints, Some(&behind), &["get", "/auth/k"]).await;
+        assert!(!ok, "the old password is gone");
+        env.wait_for("auth", "Available after the rotation", |c| {
+            condition(c, "Available") == Some("True") && ready_members(c) == 3
+        })
+        .await;
+
+        // enabled: false turns authentication off.
+        env.clusters()
+            .patch(
+                "auth",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"auth": {"enabled": false}}})),
+            )
+            .await
+            .unwrap();
+        env.wait_for("auth", "authEnabled false", |c| {
+            condition(c, "Available") == Some("True")
+                && c.status
+                    .as_ref()
+                    .is_some_and(|s| s.auth_enabled == Some(false))
+        })
+        .await;
+        let (ok, out) = etcdctl_as(
+            &env,
+            &endpoints,
+            None,
+            &["get", "/auth/k", "--print-value-only"],
+        )
+        .await;
+        assert!(ok && out.trim() == "v", "open again, data kept: {out}");
+
+        // No password in what the operator wrote.
+        let c = env.clusters().get("auth").await.unwrap();
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let written = format!(
+            "{}\n{}",
+            serde_json::to_string(&c).unwrap(),
+            serde_json::to_string(&events.list(&Default::default()).await.unwrap()).unwrap()
+        );
+        for pw in [FIRST, BEHIND, ROTATED] {
+            assert!(
+                !written.contains(pw),
+                "a password reached the status or an Event"
+            );
+        }
+        assert!(written.contains("RootPasswordChanged") && written.contains("AuthEnabled"));
+        env.shutdown().await;
+    });
 }

@@ -3,7 +3,7 @@
 //!
 //! The spec is field-compatible with the cozystack etcd-operator `v1alpha2`
 //! spec, so a manifest written for it parses here unchanged. Fields whose
-//! behaviour is not implemented yet (TLS, auth) are still typed —
+//! behaviour is not implemented yet (TLS) are still typed —
 //! an untyped field would be pruned silently by the apiserver — and a CEL
 //! rule rejects them with a message saying so.
 
@@ -77,9 +77,16 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
     validation = Rule::new("!has(self.tls)").message(
         "spec.tls is not implemented yet (planned: client and peer TLS); remove it"
     ).reason(Reason::FieldValueForbidden),
-    validation = Rule::new("!has(self.auth)").message(
-        "spec.auth is not implemented yet (planned: etcd root user and auth enable); remove it"
-    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || has(self.auth.rootCredentialsSecretRef)"
+    ).message(
+        "spec.auth.enabled needs spec.auth.rootCredentialsSecretRef: the operator creates etcd's root user with the password in that Secret"
+    ).reason(Reason::FieldValueRequired),
+    validation = Rule::new(
+        "!has(oldSelf.auth) || !has(oldSelf.auth.enabled) || !oldSelf.auth.enabled || (has(self.auth) && has(self.auth.rootCredentialsSecretRef))"
+    ).message(
+        "to turn etcd authentication off, set spec.auth.enabled to false and keep spec.auth.rootCredentialsSecretRef: only root may turn it off, so the operator needs the password; remove spec.auth once status.authEnabled is false"
+    ),
     validation = Rule::new(
         "(has(self.bootstrap) && has(self.bootstrap.restore)) == (has(oldSelf.bootstrap) && has(oldSelf.bootstrap.restore)) && (!(has(self.bootstrap) && has(self.bootstrap.restore)) || self.bootstrap.restore == oldSelf.bootstrap.restore)"
     ).message(
@@ -154,7 +161,8 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
 
-    /// etcd authentication. Not implemented yet: rejected when set.
+    /// etcd authentication: a root user from a Secret, then auth enabled
+    /// (docs/api.md#auth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 
@@ -376,13 +384,18 @@ pub enum IssuerKind {
     ClusterIssuer,
 }
 
-/// etcd authentication. Not implemented yet.
+/// etcd authentication. Once the cluster is verified and its membership
+/// settled, the operator creates the user `root` with the role `root` and
+/// turns authentication on; from then on every RPC it makes authenticates.
+/// `enabled: false` (keeping the Secret) turns it off again. A changed
+/// password in the Secret is set in etcd.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthSpec {
     #[serde(default)]
     pub enabled: bool,
-    /// Secret (kubernetes.io/basic-auth) with the etcd root password.
+    /// Secret (kubernetes.io/basic-auth) with the etcd root password under
+    /// `password`; `username`, if present, must be `root`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_credentials_secret_ref: Option<LocalObjectReference>,
 }
@@ -643,6 +656,12 @@ pub struct EtcdClusterStatus {
     /// When the in-flight target is declared stuck. Unset when no target is in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline: Option<Time>,
+
+    /// Whether etcd has authentication on, as the operator last saw it
+    /// answer: true only once etcd took the root credentials. Kept from
+    /// the last observation in which a member answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_enabled: Option<bool>,
 
     /// Available, Degraded, Progressing (from the policy); Ready, Reconciling,
     /// Stalled (kstatus) and VersionDrifted, derived by the operator.

@@ -164,6 +164,9 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
     let members: Api<EtcdMember> = Api::namespaced(ctx.client.clone(), &ns);
     match step {
         Step::Idle | Step::Wait(_) | Step::Refuse { .. } => Ok(()),
+        Step::EnableAuth | Step::ChangeRootPassword { .. } | Step::DisableAuth => {
+            crate::auth::act(step, cluster, ctx, &leader_first_endpoints(written)).await
+        }
         Step::Defragment {
             name,
             id,

@@ -65,6 +65,8 @@ pub struct Observed {
     pub restore: Option<Result<crate::api::MemberRestore, crate::snapshot::Problem>>,
     /// The cluster's Complete and Verified EtcdSnapshots, newest first.
     pub snapshots: Vec<super::recovery::VerifiedSnapshot>,
+    /// What etcd's answers say about authentication ([`crate::auth`]).
+    pub auth: crate::auth::AuthFacts,
     pub now: jiff::Timestamp,
 }
 
@@ -205,6 +207,7 @@ impl Observed {
                 .map_or(super::maintenance::DEFAULT_QUOTA_BYTES, |q| q as u64),
             now_ms: self.now.as_millisecond(),
             recovery: self.recovery_facts(),
+            auth: self.auth.clone(),
         }
     }
 
@@ -267,6 +270,9 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         })
         .collect();
 
+    // The credentials go with the probe, so that a cluster with
+    // authentication on is verified by the same calls as one without.
+    crate::auth::prepare(cluster, ctx).await;
     let probing = if targets.is_empty() {
         sdk::Probing::Skipped(if members.is_empty() {
             "the cluster has no members yet".into()
@@ -279,6 +285,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         )
     };
 
+    let auth = crate::auth::observe(cluster, ctx, &probing);
     let status = cluster.status.clone().unwrap_or_default();
     let mut cluster_id = status.cluster_id.clone().filter(|s| !s.is_empty());
     if cluster_id.is_none() {
@@ -343,6 +350,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         None
     };
     Observed {
+        auth,
         defrags: ctx.defrags(cluster.as_ref()),
         cluster: cluster.clone(),
         members,

@@ -90,6 +90,8 @@ pub struct Facts {
     pub now_ms: i64,
     /// `spec.recovery` and what it acts on ([`super::recovery`]).
     pub recovery: super::recovery::RecoveryFacts,
+    /// etcd authentication: wanted, on, and the Secret's state.
+    pub auth: crate::auth::AuthFacts,
 }
 
 impl Facts {
@@ -183,6 +185,13 @@ pub enum Step {
     /// The forced cluster lists only `name`: clear its flag, so no later
     /// Pod of it starts with `--force-new-cluster`.
     EndForceNewCluster { name: String },
+    /// Create etcd's root user and role from the Secret and turn
+    /// authentication on ([`crate::auth`]).
+    EnableAuth,
+    /// Set root's password in etcd to the one in `secret`.
+    ChangeRootPassword { secret: String },
+    /// Turn etcd authentication off (`spec.auth.enabled: false`).
+    DisableAuth,
     /// Quorum is lost and no voter's data survives: abandon every member,
     /// unlatch the cluster ID and restore a new seed from `snapshot`
     /// ([`super::recovery`]).
@@ -265,6 +274,13 @@ impl Step {
             Step::EndForceNewCluster { name } => {
                 format!("next: restart member {name} without --force-new-cluster")
             }
+            Step::EnableAuth => {
+                "next: create etcd's root user and turn authentication on".to_owned()
+            }
+            Step::ChangeRootPassword { secret } => {
+                format!("next: set etcd's root password to the one in Secret {secret}")
+            }
+            Step::DisableAuth => "next: turn etcd authentication off".to_owned(),
             Step::RestoreFromSnapshot { snapshot, .. } => format!(
                 "next: recover from quorum loss: abandon every member and restore a new seed from EtcdSnapshot {snapshot}"
             ),
@@ -452,6 +468,7 @@ pub fn plan(f: &Facts) -> Step {
         return scale_down(&live, listed, f);
     }
     super::rollout::next(&live, listed, f)
+        .or_else(|| crate::auth::next(&f.auth))
         .or_else(|| super::maintenance::next(&live, listed, f))
         .unwrap_or(Step::Idle)
 }

@@ -217,6 +217,7 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
             _ => prev.last_verified_revision,
         },
         progress_deadline,
+        auth_enabled: e.observed.auth.etcd_on.or(prev.auth_enabled),
         conditions,
     }
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use secrecy::SecretString;
+
+use super::client::Credentials;
 use steward_policy_sdk::{AlarmKind, EndpointStatus, EtcdMember, ProbeError, ProbeErrorKind};
 
 /// Every etcd RPC the operator makes. Adding a call to [`EtcdApi`] means
@@ -286,6 +288,18 @@ pub trait EtcdApi: Send + Sync {
     /// The per-RPC deadline this client enforces.
     fn deadline(&self) -> Duration;
 
+    /// The etcd user to be on every endpoint whose host lies in `domain`
+    /// (one cluster's members: `<cluster>.<namespace>.svc`), or none.
+    /// Changed credentials drop that cluster's connections, so the next
+    /// call authenticates with them. No RPC: it cannot fail.
+    fn set_credentials(&self, domain: &str, credentials: Option<Credentials>);
+
+    /// Whether the client's connection to `endpoint` authenticated. Read
+    /// right after a call on it succeeded, `Some(true)` means etcd has
+    /// authentication on and took the credentials, `Some(false)` that it
+    /// has it off. `None` when nothing connected yet.
+    fn authenticated(&self, endpoint: &str) -> Option<bool>;
+
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError>;
 
     async fn member_list(&self, endpoint: &str) -> Result<Vec<EtcdMember>, RpcError>;
@@ -384,6 +398,14 @@ pub trait EtcdApi: Send + Sync {
 impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
     fn deadline(&self) -> Duration {
         (**self).deadline()
+    }
+
+    fn set_credentials(&self, domain: &str, credentials: Option<Credentials>) {
+        (**self).set_credentials(domain, credentials)
+    }
+
+    fn authenticated(&self, endpoint: &str) -> Option<bool> {
+        (**self).authenticated(endpoint)
     }
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {

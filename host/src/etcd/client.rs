@@ -66,6 +66,13 @@ pub struct Credentials {
     pub password: SecretString,
 }
 
+impl Credentials {
+    /// The same user and password. Compares the secret in memory only.
+    pub fn same_as(&self, other: &Credentials) -> bool {
+        self.user == other.user && self.password.expose_secret() == other.password.expose_secret()
+    }
+}
+
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Credentials")
@@ -90,6 +97,9 @@ const NEEDS_TOKEN: [&str; 2] = [
 pub struct EtcdClient {
     config: ClientConfig,
     clients: Mutex<HashMap<String, Cached>>,
+    /// Credentials per cluster, by the DNS domain its members' names end
+    /// in ([`EtcdApi::set_credentials`]); `config.credentials` elsewhere.
+    scoped: Mutex<HashMap<String, Credentials>>,
 }
 
 struct Cached {
@@ -105,7 +115,16 @@ impl EtcdClient {
         Self {
             config,
             clients: Mutex::new(HashMap::new()),
+            scoped: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The credentials for `endpoint`: its cluster's, else the default.
+    fn credentials_for(&self, endpoint: &str) -> Option<Credentials> {
+        let scoped = self.scoped.lock().unwrap_or_else(|p| p.into_inner());
+        domain_of(endpoint)
+            .and_then(|d| scoped.get(d).cloned())
+            .or_else(|| self.config.credentials.clone())
     }
 
     /// The cached client for `endpoint`, created on first use and replaced
@@ -163,7 +182,7 @@ impl EtcdClient {
         authenticate: bool,
     ) -> Result<Client, RpcError> {
         let (client, authenticated) = self
-            .connect(ep, self.config.deadline, authenticate)
+            .connect(endpoint, ep, self.config.deadline, authenticate)
             .await
             .map_err(|e| rpc_error(rpc, endpoint, &e))?;
         self.lock().insert(
@@ -189,7 +208,7 @@ impl EtcdClient {
         timeout: Duration,
     ) -> Result<Client, RpcError> {
         let authenticate = self.lock().get(endpoint).is_some_and(|c| c.authenticated);
-        self.connect(ep, timeout, authenticate)
+        self.connect(endpoint, ep, timeout, authenticate)
             .await
             .map(|(client, _)| client)
             .map_err(|e| rpc_error(rpc, endpoint, &e))
@@ -201,13 +220,14 @@ impl EtcdClient {
     /// once.
     async fn connect(
         &self,
+        endpoint: &str,
         ep: &Endpoint,
         timeout: Duration,
         authenticate: bool,
     ) -> Result<(Client, bool), etcd_client::Error> {
         let plain = ConnectOptions::new().with_timeout(timeout);
         let channel = || etcd_client::Channel::Tonic(ep.connect_lazy());
-        let creds = match &self.config.credentials {
+        let creds = match self.credentials_for(endpoint) {
             Some(creds) if authenticate => creds,
             _ => return Ok((Client::from_channel(channel(), Some(plain)).await?, false)),
         };
@@ -269,7 +289,7 @@ impl EtcdClient {
             let client = self.client(rpc, endpoint).await?;
             match f(client).await {
                 Ok(v) => Ok(v),
-                Err(e) => match self.auth_switch(&e) {
+                Err(e) => match self.auth_switch(endpoint, &e) {
                     // etcd refused the request before applying it, for a
                     // token it lacked or no longer takes, so it may be sent
                     // again, once, on a client that fits the auth state.
@@ -277,7 +297,7 @@ impl EtcdClient {
                         let client = self.reconnect(rpc, endpoint, authenticate).await?;
                         f(client).await.map_err(|e| rpc_error(rpc, endpoint, &e))
                     }
-                    None => Err(rpc_error(rpc, endpoint, &e)),
+                    None => Err(self.without_credentials(rpc_error(rpc, endpoint, &e))),
                 },
             }
         };
@@ -354,8 +374,8 @@ impl EtcdClient {
     /// Whether `err` says the cluster's auth state is not the one the
     /// client assumed: `Some(true)` to authenticate (afresh), `Some(false)`
     /// to go without a token. Never without credentials to authenticate.
-    fn auth_switch(&self, err: &etcd_client::Error) -> Option<bool> {
-        self.config.credentials.as_ref()?;
+    fn auth_switch(&self, endpoint: &str, err: &etcd_client::Error) -> Option<bool> {
+        self.credentials_for(endpoint)?;
         let text = err.to_string();
         if NEEDS_TOKEN.iter().any(|m| text.contains(m)) {
             Some(true)
@@ -365,6 +385,31 @@ impl EtcdClient {
             None
         }
     }
+}
+
+impl EtcdClient {
+    /// Says what a token refusal means when the client has no credentials
+    /// to get one: etcd's own words ("user name is empty") name no cause.
+    fn without_credentials(&self, mut err: RpcError) -> RpcError {
+        if NEEDS_TOKEN.iter().any(|m| err.message.contains(m)) {
+            err.message = format!(
+                "etcd has authentication on and the operator has no credentials for it (spec.auth): {}",
+                err.message
+            );
+        }
+        err
+    }
+}
+
+/// The domain of an endpoint's host below its first label:
+/// `cluster.ns.svc` for `http://member.cluster.ns.svc:2379`.
+fn domain_of(endpoint: &str) -> Option<&str> {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let host = rest.split(['/', ':']).next()?;
+    if host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    host.split_once('.').map(|(_, domain)| domain)
 }
 
 /// Whether an add created the user or role: etcd refuses one that exists.
@@ -472,6 +517,29 @@ pub fn alarms_for(member_id: u64, errors: &[String]) -> Vec<AlarmKind> {
 impl EtcdApi for EtcdClient {
     fn deadline(&self) -> Duration {
         self.config.deadline
+    }
+
+    fn set_credentials(&self, domain: &str, credentials: Option<Credentials>) {
+        let mut scoped = self.scoped.lock().unwrap_or_else(|p| p.into_inner());
+        let same = match (scoped.get(domain), &credentials) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        match credentials {
+            Some(c) => scoped.insert(domain.to_owned(), c),
+            None => scoped.remove(domain),
+        };
+        drop(scoped);
+        self.lock()
+            .retain(|endpoint, _| domain_of(endpoint) != Some(domain));
+    }
+
+    fn authenticated(&self, endpoint: &str) -> Option<bool> {
+        self.lock().get(endpoint).map(|c| c.authenticated)
     }
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {
@@ -813,6 +881,21 @@ impl EtcdApi for EtcdClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endpoints_domain_is_its_host_below_the_first_label() {
+        assert_eq!(
+            domain_of("http://m-0.alpha.prod.svc:2379"),
+            Some("alpha.prod.svc")
+        );
+        assert_eq!(
+            domain_of("https://m-0.alpha.prod.svc"),
+            Some("alpha.prod.svc")
+        );
+        assert_eq!(domain_of("m-0.alpha.prod.svc:2379"), Some("alpha.prod.svc"));
+        assert_eq!(domain_of("http://10.244.0.7:2379"), None);
+        assert_eq!(domain_of("http://localhost:2379"), None);
+    }
 
     #[test]
     fn alarms_are_attributed_to_their_member() {

@@ -15,6 +15,7 @@ use secrecy::SecretString;
 use steward_policy_sdk::{EtcdMember, ProbeErrorKind};
 
 use super::api::{AddedMember, EtcdApi, KvHash, Rpc, RpcError, SnapshotStream, StatusInfo};
+use super::client::Credentials;
 
 /// How an injected fault fails the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,6 +248,14 @@ impl<E: EtcdApi> FaultyEtcd<E> {
 impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
     fn deadline(&self) -> Duration {
         self.inner.deadline()
+    }
+
+    fn set_credentials(&self, domain: &str, credentials: Option<Credentials>) {
+        self.inner.set_credentials(domain, credentials)
+    }
+
+    fn authenticated(&self, endpoint: &str) -> Option<bool> {
+        self.inner.authenticated(endpoint)
     }
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {

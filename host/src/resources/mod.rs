@@ -15,7 +15,7 @@ mod service;
 
 pub use member::{cluster_token, etcd_member};
 pub use names::{
-    joining_initial_cluster, listed_member_name, member_client_url, member_host,
+    cluster_domain, joining_initial_cluster, listed_member_name, member_client_url, member_host,
     member_name_from_peer_url, member_peer_url, new_member_name, seed_initial_cluster,
 };
 pub use pdb::pod_disruption_budget;

@@ -8,7 +8,12 @@ use super::{CLIENT_PORT, PEER_PORT};
 
 /// A member's stable DNS name through the headless Service.
 pub fn member_host(member: &str, cluster: &str, namespace: &str) -> String {
-    format!("{member}.{cluster}.{namespace}.svc")
+    format!("{member}.{}", cluster_domain(cluster, namespace))
+}
+
+/// The domain every member's name ends in: the headless Service's.
+pub fn cluster_domain(cluster: &str, namespace: &str) -> String {
+    format!("{cluster}.{namespace}.svc")
 }
 
 pub fn member_client_url(member: &str, cluster: &str, namespace: &str) -> String {

@@ -222,14 +222,24 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
             Condition::new(AVAILABLE, ConditionStatus::True, "QuorumHealthy", message)
         }
         QuorumFinding::Unverified(u) if u.kind == UnverifiedKind::Unreachable => {
-            message.push_str("no endpoint answered: ");
+            // Every member refused the operator's credentials: the members
+            // may be fine, but nothing about them can be verified, and the
+            // fix is the Secret, not the members.
+            let rejected = !report.endpoints.is_empty()
+                && report.endpoints.iter().all(|p| {
+                    matches!(&p.outcome, ProbeOutcome::Failed(e) if e.kind == ProbeErrorKind::Auth)
+                });
+            let reason = if rejected {
+                message.push_str(
+                    "etcd refused the operator's credentials (check spec.auth.rootCredentialsSecretRef): ",
+                );
+                "AuthCredentialsRejected"
+            } else {
+                message.push_str("no endpoint answered: ");
+                "ClusterUnreachable"
+            };
             summarise_failures(&mut message, report);
-            Condition::new(
-                AVAILABLE,
-                ConditionStatus::False,
-                "ClusterUnreachable",
-                message,
-            )
+            Condition::new(AVAILABLE, ConditionStatus::False, reason, message)
         }
         finding => {
             let _ = write!(
