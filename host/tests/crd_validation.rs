@@ -259,8 +259,8 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
             "spec: Forbidden: spec.tls is not implemented yet (planned: client and peer TLS); remove it",
         ),
         (
-            json!({"version": "3.6.17", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
-            "spec: Forbidden: spec.auth is not implemented yet",
+            json!({"version": "3.6.17", "auth": {"enabled": true}}),
+            "spec: Required value: spec.auth.enabled needs spec.auth.rootCredentialsSecretRef",
         ),
         (
             json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"s3": {"endpoint": "https://s3.example.com", "bucket": "bkt", "key": "snap.db", "credentialsSecretRef": {"name": "c"}}}}}}),
@@ -416,6 +416,36 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
         let message = rejected(crds.patch_spec(name, json!({"storage": storage})).await);
         assert!(message.contains(class), "{name} {storage}: {message}");
     }
+
+    // Authentication: turned on later, off with the Secret kept, but never
+    // left on without the Secret the operator needs to turn it off.
+    crds.create(
+        "auth",
+        json!({"version": "3.6.17", "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
+    )
+    .await
+    .unwrap();
+    crds.patch_spec(
+        "pvc",
+        json!({"auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "root"}}}),
+    )
+    .await
+    .unwrap();
+    let keep = "to turn etcd authentication off, set spec.auth.enabled to false and keep spec.auth.rootCredentialsSecretRef";
+    for auth in [
+        json!(null),
+        json!({"rootCredentialsSecretRef": null}),
+        json!({"enabled": false, "rootCredentialsSecretRef": null}),
+    ] {
+        let message = rejected(crds.patch_spec("auth", json!({"auth": auth})).await);
+        assert!(message.contains(keep), "{auth}: {message}");
+    }
+    crds.patch_spec("auth", json!({"auth": {"enabled": false}}))
+        .await
+        .unwrap();
+    crds.patch_spec("auth", json!({"auth": null}))
+        .await
+        .unwrap();
 
     // What a cluster was restored from is part of its history: it can be
     // neither added later nor changed.

@@ -2692,18 +2692,17 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
         // AuthEnable fails: the status is still written, verified, with the
         // failure in lastActionError, and etcd still takes requests without
         // a user.
-        let c = env
-            .wait_for("auth", "AuthEnable failing shows in the status", |c| {
-                condition(c, "Available") == Some("True")
-                    && ready_members(c) == 3
-                    && c.status.as_ref().is_some_and(|s| {
-                        s.auth_enabled == Some(false)
-                            && s.last_action_error
-                                .as_deref()
-                                .is_some_and(|e| e.contains("AuthEnable"))
-                    })
-            })
-            .await;
+        env.wait_for("auth", "AuthEnable failing shows in the status", |c| {
+            condition(c, "Available") == Some("True")
+                && ready_members(c) == 3
+                && c.status.as_ref().is_some_and(|s| {
+                    s.auth_enabled == Some(false)
+                        && s.last_action_error
+                            .as_deref()
+                            .is_some_and(|e| e.contains("AuthEnable"))
+                })
+        })
+        .await;
         let endpoints = env.endpoints("auth").await;
         let (ok, out) = etcdctl_as(&env, &endpoints, None, &["put", "/auth/open", "1"]).await;
         assert!(ok, "auth is still off: {out}");
@@ -2724,6 +2723,48 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
         let (ok, out) = etcdctl_as(&env, &endpoints, Some(&root), &["put", "/auth/k", "v"]).await;
         assert!(ok, "root with the Secret's password: {out}");
         let members_before = env.member_names("auth").await;
+
+        // A snapshot to a PVC: its save Pod authenticates with the
+        // Secret's password, which it gets by reference.
+        let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "auth-backups"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            }))
+            .unwrap();
+        kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+            env.client.clone(),
+            NS,
+        )
+        .create(&Default::default(), &claim)
+        .await
+        .unwrap();
+        let snap: etcd_steward::api::EtcdSnapshot = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdSnapshot",
+            "metadata": {"name": "auth-snap", "namespace": NS},
+            "spec": {"clusterRef": {"name": "auth"},
+                     "destination": {"pvc": {"claimName": "auth-backups", "subPath": "auth"}}},
+        }))
+        .unwrap();
+        let snapshots: kube::Api<etcd_steward::api::EtcdSnapshot> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        snapshots.create(&Default::default(), &snap).await.unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            let s = snapshots.get("auth-snap").await.unwrap();
+            let phase = s.status.as_ref().and_then(|s| s.phase);
+            if phase.is_some_and(|p| format!("{p:?}") == "Complete") {
+                break;
+            }
+            assert!(
+                phase.is_none_or(|p| format!("{p:?}") != "Failed") && start.elapsed() < EVENTUALLY,
+                "the snapshot of an auth cluster to a PVC: {:#?}",
+                s.status
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
 
         // Someone changes root's password in etcd: every RPC is refused, and
         // the status says so rather than that the cluster is unreachable.

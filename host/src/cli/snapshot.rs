@@ -59,7 +59,17 @@ pub struct SaveArgs {
     /// The HashKV asked afterwards has a fixed deadline of 120 s.
     #[arg(long, default_value_t = 30)]
     pub deadline_seconds: u64,
+    /// The etcd user to authenticate as, when the cluster has
+    /// authentication on; its password comes from the environment only.
+    #[arg(long, requires = "password")]
+    pub user: Option<String>,
+    #[arg(long = "password-from-env", env = PASSWORD_ENV, hide = true, hide_env_values = true)]
+    pub password: Option<secrecy::SecretString>,
 }
+
+/// The environment variable the save Pod's etcd password is read from,
+/// filled from the cluster's root Secret by reference.
+pub const PASSWORD_ENV: &str = "ETCD_STEWARD_ETCD_PASSWORD";
 
 #[derive(Debug, Args)]
 pub struct FetchArgs {
@@ -198,6 +208,11 @@ async fn save_to_file(args: &SaveArgs) -> Result<Report, Problem> {
 async fn stream_to(args: &SaveArgs, part: &Path) -> Result<Report, Problem> {
     let etcd = EtcdClient::new(ClientConfig {
         deadline: Duration::from_secs(args.deadline_seconds),
+        credentials: args
+            .user
+            .clone()
+            .zip(args.password.clone())
+            .map(|(user, password)| crate::etcd::Credentials { user, password }),
         ..Default::default()
     });
     let stream = etcd.snapshot(&args.endpoint).await.map_err(|e| {

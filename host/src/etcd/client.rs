@@ -199,7 +199,9 @@ impl EtcdClient {
     /// A client of its own for a call longer than the per-RPC deadline,
     /// authenticated if the endpoint's cached client is. When auth was
     /// switched since, the call fails with an auth fault and its caller's
-    /// next attempt finds the state the probes have seen meanwhile.
+    /// next attempt finds the state the probes have seen meanwhile. With
+    /// credentials and nothing cached yet (a process of its own, as the
+    /// save Pod's), a Status call learns the auth state first.
     async fn own_client(
         &self,
         rpc: Rpc,
@@ -207,7 +209,21 @@ impl EtcdClient {
         ep: &Endpoint,
         timeout: Duration,
     ) -> Result<Client, RpcError> {
-        let authenticate = self.lock().get(endpoint).is_some_and(|c| c.authenticated);
+        let known = self.lock().get(endpoint).map(|c| c.authenticated);
+        let authenticate = match known {
+            Some(authenticated) => authenticated,
+            None if self.credentials_for(endpoint).is_some() => {
+                self.call(
+                    Rpc::Status,
+                    endpoint,
+                    |mut c| async move { c.status().await },
+                )
+                .await
+                .map_err(|e| RpcError { rpc, ..e })?;
+                self.lock().get(endpoint).is_some_and(|c| c.authenticated)
+            }
+            None => false,
+        };
         self.connect(endpoint, ep, timeout, authenticate)
             .await
             .map(|(client, _)| client)

@@ -72,6 +72,9 @@ pub struct Source {
     pub uri: String,
     /// The store, for an S3 destination (a PVC is written by a Pod).
     pub destination: Option<Destination>,
+    /// The cluster's root credentials Secret (`spec.auth`), which a save
+    /// Pod authenticates with.
+    pub root_secret: Option<String>,
 }
 
 /// What one reconcile found.
@@ -414,6 +417,7 @@ async fn save_to_claim(
             &snap,
             location,
             &source.endpoint,
+            source.root_secret.as_deref(),
             &ctx.config.operator_image,
         );
         if let Err(e) = create_pod(&snap, pod, &ctx).await {
@@ -785,6 +789,8 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
             member: m.name_any(),
         })
         .collect();
+    // The cluster's credentials, in case no cluster reconcile set them yet.
+    crate::auth::prepare(&cluster, ctx).await;
     let report = probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await;
     let quorum = quorum::confirmed(&report).map_err(|why| {
         Problem::retry(
@@ -819,6 +825,12 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
         version,
         uri,
         destination,
+        root_secret: cluster
+            .spec
+            .auth
+            .as_ref()
+            .and_then(|a| a.root_credentials_secret_ref.as_ref())
+            .map(|r| r.name.clone()),
     })
 }
 

@@ -230,10 +230,35 @@ pub fn save_pod(
     snap: &EtcdSnapshot,
     location: &PvcLocation,
     endpoint: &str,
+    root_secret: Option<&str>,
     operator_image: &str,
 ) -> Pod {
     let name = snap.meta().name.clone().unwrap_or_default();
     let file = destination_file(location, &name);
+    let mut args = vec![
+        "snapshot".to_owned(),
+        "save".to_owned(),
+        format!("--endpoint={endpoint}"),
+        format!("--out={BACKUP_MOUNT}/{file}"),
+        format!("--report={TERMINATION_LOG}"),
+    ];
+    // The password by reference: the Pod spec names the Secret, never
+    // holds the value.
+    let env = root_secret.map(|secret| {
+        args.push(format!("--user={}", crate::auth::ROOT));
+        vec![EnvVar {
+            name: crate::cli::snapshot::PASSWORD_ENV.to_owned(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.to_owned(),
+                    key: crate::auth::PASSWORD_KEY.to_owned(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]
+    });
     Pod {
         metadata: metadata(snap, save_pod_name(&name)),
         spec: Some(PodSpec {
@@ -241,13 +266,8 @@ pub fn save_pod(
             containers: vec![reporting(Container {
                 name: "save".to_owned(),
                 image: Some(operator_image.to_owned()),
-                args: Some(vec![
-                    "snapshot".to_owned(),
-                    "save".to_owned(),
-                    format!("--endpoint={endpoint}"),
-                    format!("--out={BACKUP_MOUNT}/{file}"),
-                    format!("--report={TERMINATION_LOG}"),
-                ]),
+                args: Some(args),
+                env,
                 volume_mounts: Some(vec![mount("backup", BACKUP_MOUNT, false)]),
                 security_context: Some(as_root()),
                 ..Default::default()
@@ -696,7 +716,13 @@ mod tests {
     fn the_save_pod_writes_under_the_sub_path_and_is_owned_by_its_snapshot() {
         let s = snap();
         let loc = s.spec.destination.pvc.clone().unwrap();
-        let pod = save_pod(&s, &loc, "http://main-0.main.prod.svc:2379", "steward:1");
+        let pod = save_pod(
+            &s,
+            &loc,
+            "http://main-0.main.prod.svc:2379",
+            None,
+            "steward:1",
+        );
         assert_eq!(pod.metadata.name.as_deref(), Some("nightly-save"));
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
@@ -733,7 +759,7 @@ mod tests {
     fn a_failed_pod_reports_its_reason_or_its_last_log_line() {
         let s = snap();
         let loc = s.spec.destination.pvc.clone().unwrap();
-        let mut pod = save_pod(&s, &loc, "http://x:2379", "steward:1");
+        let mut pod = save_pod(&s, &loc, "http://x:2379", None, "steward:1");
         let report = serde_json::to_string(&Report::Failed {
             reason: reason::VOLUME_FULL.into(),
             message: "no space left on device".into(),
@@ -745,7 +771,7 @@ mod tests {
         };
         assert_eq!(p.reason, reason::VOLUME_FULL);
 
-        let mut pod = save_pod(&s, &loc, "http://x:2379", "steward:1");
+        let mut pod = save_pod(&s, &loc, "http://x:2379", None, "steward:1");
         exited(
             &mut pod,
             "Failed",
@@ -777,7 +803,7 @@ mod tests {
     fn a_report_names_no_reason_it_does_not_know() {
         let s = snap();
         let loc = s.spec.destination.pvc.clone().unwrap();
-        let mut pod = save_pod(&s, &loc, "http://x:2379", "steward:1");
+        let mut pod = save_pod(&s, &loc, "http://x:2379", None, "steward:1");
         let report = r#"{"failed":{"reason":"Anything <script>","message":"m"}}"#;
         exited(&mut pod, "Failed", false, "save", 1, report);
         let Outcome::Failed { problem: p, .. } = outcome(&pod) else {
