@@ -40,6 +40,39 @@ fn main() {
     }
     run(async {
         let env = Env::start().await;
+        // The seed incident on a cluster with client and peer TLS first,
+        // alone on the node (a stop stops every Pod): detection must not
+        // depend on TLS.
+        env.create_tls_cluster("tls", 3).await;
+        env.wait_available("tls", 3).await;
+        let mut tls_incident = Vec::new();
+        for _ in 0..ROUNDS {
+            let watch = env.watch("tls").await;
+            let t0 = Instant::now();
+            let detected = async {
+                watch
+                    .until("Available=False", |c| {
+                        condition(c, "Available") == Some("False")
+                    })
+                    .await;
+                t0.elapsed()
+            };
+            let (detected, ()) = tokio::join!(detected, env.plane.kubelet().stop_node());
+            tls_incident.push(detected);
+            env.plane.kubelet().start_node();
+            env.wait_available("tls", 3).await;
+        }
+
+        env.clusters()
+            .delete("tls", &Default::default())
+            .await
+            .expect("deleting the TLS cluster");
+        while !env.member_names("tls").await.is_empty()
+            || env.clusters().get_opt("tls").await.unwrap().is_some()
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+
         env.create_cluster("bench", 3).await;
         env.wait_available("bench", 3).await;
 
@@ -146,6 +179,10 @@ fn main() {
         stats("detection: every member stops gracefully", incident);
         stats("  (graceful stop until every etcd exited)", stop_took);
         stats("detection: every member frozen (SIGSTOP)", frozen);
+        stats(
+            "detection with TLS: every member stops gracefully",
+            tls_incident,
+        );
         stats("scale 3 -> 5 (Available with 5 ready)", scale);
         env.shutdown().await;
     });

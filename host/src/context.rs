@@ -88,6 +88,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Each cluster's etcd credentials, as read and as etcd took them.
     pub auth: crate::auth::Registry,
+    /// Each cluster's client certificate for etcd, as last read.
+    pub tls: crate::tls::Registry,
     action_errors: Mutex<HashMap<String, String>>,
     /// When etcd last verified each cluster (by UID), exactly; the status
     /// shows it at most `verified_refresh` late.
@@ -307,6 +309,7 @@ impl Context {
             self.defrags.lock().expect("poisoned").remove(&uid);
             self.restore_checks.lock().expect("poisoned").remove(&uid);
             self.auth.forget(&uid);
+            self.tls.forget(&uid);
         }
         if K::kind(&()) == "EtcdCluster" {
             let domain = crate::resources::cluster_domain(
@@ -314,6 +317,7 @@ impl Context {
                 &obj.meta().namespace.clone().unwrap_or_default(),
             );
             self.etcd.set_credentials(&domain, None);
+            self.etcd.set_tls(&domain, None);
         }
         self.applied
             .lock()
@@ -436,6 +440,7 @@ impl Context {
             config,
             metrics,
             auth: Default::default(),
+            tls: Default::default(),
             action_errors: Mutex::default(),
             verified_at: Mutex::default(),
             written_status: Mutex::default(),

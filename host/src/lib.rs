@@ -29,4 +29,5 @@ pub mod schedule;
 pub mod snapshot;
 pub mod status_policy;
 pub mod text;
+pub mod tls;
 pub mod watch;

@@ -255,8 +255,20 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
     let crds = applied().await;
     let cases = [
         (
-            json!({"version": "3.6.17", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}),
-            "spec: Forbidden: spec.tls is not implemented yet (planned: client and peer TLS); remove it",
+            json!({"version": "3.6.17", "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "ca"}}}}}),
+            "spec: Forbidden: spec.tls.client.certManager and spec.tls.peer.certManager are not implemented yet",
+        ),
+        (
+            json!({"version": "3.6.17", "tls": {"peer": {"certManager": {"issuerRef": {"name": "ca"}}}}}),
+            "spec: Forbidden: spec.tls.client.certManager and spec.tls.peer.certManager are not implemented yet",
+        ),
+        (
+            json!({"version": "3.6.17", "tls": {"client": {"operatorClientSecretRef": {"name": "op"}}}}),
+            "spec: Required value: spec.tls.client needs serverSecretRef",
+        ),
+        (
+            json!({"version": "3.6.17", "tls": {"peer": {}}}),
+            "spec: Required value: spec.tls.peer needs secretRef",
         ),
         (
             json!({"version": "3.6.17", "auth": {"enabled": true}}),
@@ -415,6 +427,41 @@ async fn the_cel_transition_rules_accept_and_reject_with_their_messages() {
     ] {
         let message = rejected(crds.patch_spec(name, json!({"storage": storage})).await);
         assert!(message.contains(class), "{name} {storage}: {message}");
+    }
+
+    // TLS from Secrets, as the anchor's manifests give it: server TLS
+    // alone, or with the operator's client certificate, and peer TLS. Fixed
+    // once created.
+    crds.create(
+        "tls",
+        json!({"version": "3.6.17", "tls": {
+            "client": {"serverSecretRef": {"name": "etcd-server"},
+                       "operatorClientSecretRef": {"name": "etcd-operator"}},
+            "peer": {"secretRef": {"name": "etcd-peer"}}}}),
+    )
+    .await
+    .unwrap();
+    crds.create(
+        "server-tls",
+        json!({"version": "3.6.17", "tls": {"client": {"serverSecretRef": {"name": "etcd-server"}}}}),
+    )
+    .await
+    .unwrap();
+    let fixed = "spec.tls cannot be added, removed or changed yet";
+    for (name, tls) in [
+        ("tls", json!(null)),
+        ("tls", json!({"peer": null})),
+        (
+            "server-tls",
+            json!({"client": {"operatorClientSecretRef": {"name": "op"}}}),
+        ),
+        (
+            "pvc",
+            json!({"client": {"serverSecretRef": {"name": "etcd-server"}}}),
+        ),
+    ] {
+        let message = rejected(crds.patch_spec(name, json!({"tls": tls})).await);
+        assert!(message.contains(fixed), "{name} {tls}: {message}");
     }
 
     // Authentication: turned on later, off with the Secret kept, but never

@@ -2887,3 +2887,176 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
         env.shutdown().await;
     });
 }
+
+/// A cluster with client and peer TLS from Secrets reaches Available: the
+/// operator verifies it over https with its client certificate, members
+/// talk to each other over https, and an application writes a key over
+/// https through the client Service. Without a client certificate etcd
+/// refuses.
+#[test]
+fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_certificates() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let (ca, cert, key) = env.create_tls_cluster("tls", 3).await;
+        let c = env.wait_available("tls", 3).await;
+        env.assert_read_healthy(&c);
+
+        let endpoints = env
+            .member_names("tls")
+            .await
+            .iter()
+            .map(|m| format!("https://{m}.tls.{NS}.svc:2379"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let tls_flags = [
+            format!("--cacert={ca}"),
+            format!("--cert={cert}"),
+            format!("--key={key}"),
+        ];
+        let with_tls = |args: &[&str]| -> Vec<String> {
+            tls_flags
+                .iter()
+                .cloned()
+                .chain(args.iter().map(|a| a.to_string()))
+                .collect()
+        };
+        let list = with_tls(&["member", "list"]);
+        let list: Vec<&str> = list.iter().map(String::as_str).collect();
+        let members = env.etcdctl(&endpoints, &list).await;
+        assert_eq!(voters(&members), 3, "etcdctl member list:\n{members}");
+        assert_eq!(
+            members.matches("https://").count(),
+            6,
+            "every peer and client URL is https:\n{members}"
+        );
+
+        let service = format!("https://tls-client.{NS}.svc:2379");
+        let put = with_tls(&["put", "/steward/tls", "over https"]);
+        let put: Vec<&str> = put.iter().map(String::as_str).collect();
+        env.etcdctl(&service, &put).await;
+        let get = with_tls(&["get", "/steward/tls", "--print-value-only"]);
+        let get: Vec<&str> = get.iter().map(String::as_str).collect();
+        assert_eq!(env.etcdctl(&endpoints, &get).await.trim(), "over https");
+
+        // No client certificate: refused, by every member.
+        let ca_only = format!("--cacert={ca}");
+        let (ok, out) = etcdctl_as(&env, &service, None, &[&ca_only, "get", "/steward/tls"]).await;
+        assert!(!ok, "etcd requires a client certificate: {out}");
+        let (ok, out) = etcdctl_as(
+            &env,
+            &service.replace("https://", "http://"),
+            None,
+            &["get", "/steward/tls"],
+        )
+        .await;
+        assert!(!ok, "no plaintext on the client port: {out}");
+
+        // Scaling 3 -> 5 -> 3: learners join over https peer URLs.
+        env.scale("tls", 5).await;
+        env.wait_available("tls", 5).await;
+        env.scale("tls", 3).await;
+        env.wait_for("tls", "3 members again", |c| {
+            condition(c, "Available") == Some("True")
+                && ready_members(c) == 3
+                && c.status.as_ref().is_some_and(|s| s.members.len() == 3)
+        })
+        .await;
+        let endpoints = env
+            .member_names("tls")
+            .await
+            .iter()
+            .map(|m| format!("https://{m}.tls.{NS}.svc:2379"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let members = env.etcdctl(&endpoints, &list).await;
+        assert_eq!(voters(&members), 3, "etcdctl member list:\n{members}");
+        assert_eq!(env.etcdctl(&endpoints, &get).await.trim(), "over https");
+
+        // The seed incident with TLS: every member stops gracefully, and
+        // Available turns False; back, the data is there.
+        env.plane.kubelet().stop_node().await;
+        let c = env
+            .wait_for("tls", "Available=False after the graceful stop", |c| {
+                condition(c, "Available") == Some("False")
+            })
+            .await;
+        assert_eq!(ready_members(&c), 0);
+        env.plane.kubelet().start_node();
+        env.wait_available("tls", 3).await;
+        assert_eq!(env.etcdctl(&endpoints, &get).await.trim(), "over https");
+
+        // The operator's certificate from another CA: every member refuses
+        // it and the operator refuses theirs. The status names TLS, and
+        // nothing is done to the membership; the right Secret restores it.
+        let members_before = env.member_names("tls").await;
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let good = secrets.get("tls-operator").await.unwrap();
+        let other = steward_testbed::pki::Pki::create(&env.dir().join("other-pki")).unwrap();
+        let stranger = other.client("stranger", "etcd-steward", &[]).unwrap();
+        let replace = |cert: &str, key: &str, ca: &str| serde_json::json!({"stringData": {"tls.crt": cert, "tls.key": key, "ca.crt": ca}});
+        secrets
+            .patch(
+                "tls-operator",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(replace(
+                    &stranger.cert_pem,
+                    &stranger.key_pem,
+                    other.ca_pem(),
+                )),
+            )
+            .await
+            .unwrap();
+        let c = env
+            .wait_for("tls", "TLSHandshakeFailed", |c| {
+                condition_reason(c, "Available") == Some("TLSHandshakeFailed")
+            })
+            .await;
+        assert_eq!(condition(&c, "Available"), Some("False"));
+        assert_eq!(ready_members(&c), 0);
+        assert_eq!(
+            env.member_names("tls").await,
+            members_before,
+            "no membership change"
+        );
+        assert_eq!(
+            env.etcdctl(&endpoints, &get).await.trim(),
+            "over https",
+            "the data is kept"
+        );
+        let good_data = good.data.clone().unwrap();
+        let text = |k: &str| String::from_utf8(good_data[k].0.clone()).unwrap();
+        secrets
+            .patch(
+                "tls-operator",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(replace(
+                    &text("tls.crt"),
+                    &text("tls.key"),
+                    &text("ca.crt"),
+                )),
+            )
+            .await
+            .unwrap();
+        env.wait_available("tls", 3).await;
+
+        // No operator Secret at all: not probed, and the status says why.
+        secrets
+            .delete("tls-operator", &Default::default())
+            .await
+            .unwrap();
+        env.wait_for("tls", "the missing Secret named", |c| {
+            condition_message(c, "Available").is_some_and(|m| {
+                m.contains("no TLS configuration for etcd: Secret default/tls-operator (spec.tls.client.operatorClientSecretRef) does not exist")
+            })
+        })
+        .await;
+        assert_eq!(
+            env.member_names("tls").await,
+            members_before,
+            "no membership change"
+        );
+        env.shutdown().await;
+    });
+}

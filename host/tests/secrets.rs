@@ -1,8 +1,9 @@
-//! Secrets stay secret: a whole authentication scenario (auth turned on
-//! from a Secret, then the password changed through the Secret) with the
-//! operator logging at trace level, every crate included. Then the logs,
-//! the Events, every object in the namespace and the metrics are searched
-//! for the passwords. Run through `make test` (the test control plane).
+//! Secrets stay secret: a whole TLS and authentication scenario (a
+//! cluster with client certificates, auth turned on from a Secret, then
+//! the password changed through the Secret) with the operator logging at
+//! trace level, every crate included. Then the logs, the Events, every
+//! object in the namespace and the metrics are searched for the passwords
+//! and the operator's private key. Run through `make test` (the test control plane).
 
 mod support;
 
@@ -22,16 +23,44 @@ const MARKERS: [&str; 3] = ["EnableAuth", "ChangeRootPassword", " TRACE h2::"];
 static BYTES: AtomicUsize = AtomicUsize::new(0);
 static LEAKS: AtomicUsize = AtomicUsize::new(0);
 static SEEN: Mutex<[bool; 3]> = Mutex::new([false; 3]);
+/// A line of the operator's private key, once made.
+static KEY_LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// The log sink: searches each event as it is written (one write per
 /// event), so gigabytes of trace need not be held.
 struct Search;
 
+/// Each password as it could leak: plain, base64 (Secret data, JSON of a
+/// `ByteString`), hex, and a `Vec<u8>`'s Debug form.
+fn forms() -> &'static [String] {
+    static FORMS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FORMS.get_or_init(|| {
+        [FIRST, SECOND]
+            .iter()
+            .flat_map(|pw| {
+                let b64 = serde_json::to_string(&k8s_openapi::ByteString(pw.as_bytes().to_vec()))
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_owned();
+                let debug = format!("{:?}", pw.as_bytes());
+                [
+                    pw.to_string(),
+                    b64,
+                    hex::encode(pw),
+                    debug.trim_matches(['[', ']']).to_owned(),
+                ]
+            })
+            .collect()
+    })
+}
+
 impl Write for Search {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let line = String::from_utf8_lossy(buf);
         BYTES.fetch_add(buf.len(), Ordering::Relaxed);
-        if line.contains(FIRST) || line.contains(SECOND) {
+        if forms().iter().any(|f| line.contains(f.as_str()))
+            || KEY_LINE.get().is_some_and(|k| line.contains(k.as_str()))
+        {
             LEAKS.fetch_add(1, Ordering::Relaxed);
         }
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -88,16 +117,21 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
     run(async {
         let env = Env::start().await;
         set_root_secret(&env, FIRST).await;
-        let cluster: etcd_steward::api::EtcdCluster = serde_json::from_value(serde_json::json!({
-            "apiVersion": "etcd.steward.dev/v1alpha1",
-            "kind": "EtcdCluster",
-            "metadata": {"name": "quiet", "namespace": NS},
-            "spec": {"replicas": 1, "storage": {"size": "1Gi"},
-                     "auth": {"enabled": true, "rootCredentialsSecretRef": {"name": "quiet-root"}}}
-        }))
-        .unwrap();
+        // TLS with client certificates, then auth on top: the password
+        // goes over TLS, and the private keys are secret material too.
+        let (_, _, key) = env.create_tls_cluster("quiet", 1).await;
+        let key = std::fs::read_to_string(key).unwrap();
+        let key_line = key.lines().nth(1).unwrap().to_owned();
+        assert!(key_line.len() >= 40, "a line of the key's base64 body");
+        KEY_LINE.set(key_line).unwrap();
+        env.wait_available("quiet", 1).await;
         env.clusters()
-            .create(&Default::default(), &cluster)
+            .patch(
+                "quiet",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"auth":
+                    {"enabled": true, "rootCredentialsSecretRef": {"name": "quiet-root"}}}})),
+            )
             .await
             .unwrap();
         env.wait_for("quiet", "authEnabled", |c| {
@@ -162,9 +196,12 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
             0,
             "log lines held a password"
         );
-        for pw in [FIRST, SECOND] {
+        for form in forms() {
             for (what, text) in &written {
-                assert!(!text.contains(pw), "a password reached the {what}");
+                assert!(
+                    !text.contains(form.as_str()),
+                    "a password reached the {what}"
+                );
             }
         }
         eprintln!(

@@ -3,7 +3,7 @@
 //!
 //! The spec is field-compatible with the cozystack etcd-operator `v1alpha2`
 //! spec, so a manifest written for it parses here unchanged. Fields whose
-//! behaviour is not implemented yet (TLS) are still typed —
+//! behaviour is not implemented yet (TLS through cert-manager) are still typed —
 //! an untyped field would be pruned silently by the apiserver — and a CEL
 //! rule rejects them with a message saying so.
 
@@ -74,9 +74,24 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
     )
 )]
 #[x_kube(
-    validation = Rule::new("!has(self.tls)").message(
-        "spec.tls is not implemented yet (planned: client and peer TLS); remove it"
+    validation = Rule::new(
+        "!has(self.tls) || ((!has(self.tls.client) || !has(self.tls.client.certManager)) && (!has(self.tls.peer) || !has(self.tls.peer.certManager)))"
+    ).message(
+        "spec.tls.client.certManager and spec.tls.peer.certManager are not implemented yet: give the certificates as Secrets (client.serverSecretRef, client.operatorClientSecretRef, peer.secretRef)"
     ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "!has(self.tls) || !has(self.tls.client) || has(self.tls.client.certManager) || has(self.tls.client.serverSecretRef)"
+    ).message(
+        "spec.tls.client needs serverSecretRef: the members' serving certificate and the CA the operator trusts it by"
+    ).reason(Reason::FieldValueRequired),
+    validation = Rule::new(
+        "!has(self.tls) || !has(self.tls.peer) || has(self.tls.peer.certManager) || has(self.tls.peer.secretRef)"
+    ).message("spec.tls.peer needs secretRef").reason(Reason::FieldValueRequired),
+    validation = Rule::new(
+        "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
+    ).message(
+        "spec.tls cannot be added, removed or changed yet: that takes a rolling restart of every member with both schemes, which the operator does not do yet. Rotate certificates by changing the Secrets' contents; to switch TLS, create a new cluster restored from a snapshot (spec.bootstrap.restore)"
+    ),
     validation = Rule::new(
         "!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || has(self.auth.rootCredentialsSecretRef)"
     ).message(
@@ -157,7 +172,8 @@ pub struct EtcdClusterSpec {
     #[schemars(range(min = 1))]
     pub progress_deadline_seconds: i32,
 
-    /// Transport security. Not implemented yet: rejected when set.
+    /// TLS for the client and peer APIs, from Secrets (docs/api.md#tls).
+    /// Fixed at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
 
@@ -322,7 +338,8 @@ pub enum StorageMedium {
     Memory,
 }
 
-/// TLS for the client API (2379) and the peer API (2380). Not implemented yet.
+/// TLS for the client API (2379) and the peer API (2380): the members
+/// serve https and require client certificates from the Secret's CA.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
@@ -335,10 +352,13 @@ pub struct TlsSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientTls {
-    /// Secret (kubernetes.io/tls with ca.crt) holding the etcd server certificate.
+    /// Secret (kubernetes.io/tls with ca.crt) holding the members' serving
+    /// certificate; the operator trusts them by its ca.crt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_secret_ref: Option<LocalObjectReference>,
-    /// Secret holding the operator's client certificate; enables client mTLS.
+    /// Secret holding the operator's client certificate (tls.crt,
+    /// tls.key); enables client mTLS: the members then require a client
+    /// certificate from the serving Secret's CA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_client_secret_ref: Option<LocalObjectReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -214,7 +214,12 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
                 return Ok(());
             }
             let name = resources::new_member_name(&cluster.name_any());
-            let initial = resources::seed_initial_cluster(&name, &cluster.name_any(), &ns);
+            let initial = resources::seed_initial_cluster(
+                resources::peer_scheme(cluster),
+                &name,
+                &cluster.name_any(),
+                &ns,
+            );
             let mut member = resources::etcd_member(cluster, &name, &initial, true)?;
             match &e.observed.restore {
                 Some(Ok(restore)) => member.spec.restore = Some(restore.clone()),
@@ -232,7 +237,12 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
         }
         Step::AddLearner => {
             let name = resources::new_member_name(&cluster.name_any());
-            let peer = resources::member_peer_url(&name, &cluster.name_any(), &ns);
+            let peer = resources::member_peer_url(
+                resources::peer_scheme(cluster),
+                &name,
+                &cluster.name_any(),
+                &ns,
+            );
             let endpoints = leader_first_endpoints(written);
             let added = ctx
                 .etcd
@@ -250,7 +260,12 @@ async fn take(step: &Step, written: &StatusWritten, ctx: &Context) -> Result<(),
         }
         Step::Adopt { name } => {
             let listed = e.observed.listed_members().unwrap_or_default();
-            let peer = resources::member_peer_url(name, &cluster.name_any(), &ns);
+            let peer = resources::member_peer_url(
+                resources::peer_scheme(cluster),
+                name,
+                &cluster.name_any(),
+                &ns,
+            );
             let initial = joining(listed, name, &peer)?;
             let mut member = resources::etcd_member(cluster, name, &initial, false)?;
             member.spec.version = join_version(written, ctx);

@@ -266,19 +266,30 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         .filter(|m| !m.object.spec.dormant)
         .map(|m| ProbeTarget {
             member: m.name(),
-            endpoint: resources::member_client_url(&m.name(), &cluster.name_any(), &ns),
+            endpoint: resources::member_client_url(
+                resources::client_scheme(cluster),
+                &m.name(),
+                &cluster.name_any(),
+                &ns,
+            ),
         })
         .collect();
 
     // The credentials go with the probe, so that a cluster with
     // authentication on is verified by the same calls as one without.
     crate::auth::prepare(cluster, ctx).await;
+    let no_certificate = crate::tls::prepare(cluster, ctx).await;
     let probing = if targets.is_empty() {
         sdk::Probing::Skipped(if members.is_empty() {
             "the cluster has no members yet".into()
         } else {
             "every member is dormant (replicas 0)".into()
         })
+    } else if let Some(why) = no_certificate {
+        // Without the CA (or the client certificate the members require)
+        // every call fails its handshake: what the status must say is why
+        // the configuration is missing.
+        sdk::Probing::Skipped(format!("no TLS configuration for etcd: {why}"))
     } else {
         sdk::Probing::Attempted(
             probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await,
@@ -497,6 +508,7 @@ fn policy_member(
         });
     sdk::Member {
         endpoint: resources::member_client_url(
+            resources::client_scheme(cluster),
             &name,
             &cluster.name_any(),
             &cluster.namespace().unwrap_or_default(),

@@ -294,6 +294,11 @@ pub trait EtcdApi: Send + Sync {
     /// call authenticates with them. No RPC: it cannot fail.
     fn set_credentials(&self, domain: &str, credentials: Option<Credentials>);
 
+    /// The TLS configuration (trusted CA, client certificate) for every
+    /// `https://` endpoint in `domain`, or none (the client's default).
+    /// A changed configuration drops that cluster's connections.
+    fn set_tls(&self, domain: &str, tls: Option<crate::tls::ClusterTls>);
+
     /// Whether the client's connection to `endpoint` authenticated. Read
     /// right after a call on it succeeded, `Some(true)` means etcd has
     /// authentication on and took the credentials, `Some(false)` that it
@@ -402,6 +407,10 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
 
     fn set_credentials(&self, domain: &str, credentials: Option<Credentials>) {
         (**self).set_credentials(domain, credentials)
+    }
+
+    fn set_tls(&self, domain: &str, tls: Option<crate::tls::ClusterTls>) {
+        (**self).set_tls(domain, tls)
     }
 
     fn authenticated(&self, endpoint: &str) -> Option<bool> {

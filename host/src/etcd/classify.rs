@@ -97,6 +97,9 @@ impl Chain {
             "handshake",
             "unknownissuer",
             "peer sent no certificates",
+            // A TLS alert from the other side (rustls names it:
+            // UnknownCA, BadCertificate, CertificateExpired, ...).
+            "fatal alert",
         ]) {
             return ProbeErrorKind::Tls;
         }
@@ -182,6 +185,12 @@ mod tests {
             (
                 tonic::Status::unavailable("etcdserver: leader changed"),
                 ProbeErrorKind::Other,
+            ),
+            (
+                tonic::Status::unavailable(
+                    "transport error: connection error: received fatal alert: UnknownCA",
+                ),
+                ProbeErrorKind::Tls,
             ),
         ];
         for (status, want) in cases {

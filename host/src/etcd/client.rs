@@ -94,12 +94,18 @@ const NEEDS_TOKEN: [&str; 2] = [
     "etcdserver: revision of auth store is old",
 ];
 
+/// etcd's answer to a user without the permission the request needs.
+const PERMISSION_DENIED: &str = "etcdserver: permission denied";
+
 pub struct EtcdClient {
     config: ClientConfig,
     clients: Mutex<HashMap<String, Cached>>,
     /// Credentials per cluster, by the DNS domain its members' names end
     /// in ([`EtcdApi::set_credentials`]); `config.credentials` elsewhere.
     scoped: Mutex<HashMap<String, Credentials>>,
+    /// TLS per cluster, by domain ([`EtcdApi::set_tls`]); `config.tls`
+    /// elsewhere.
+    scoped_tls: Mutex<HashMap<String, crate::tls::ClusterTls>>,
 }
 
 struct Cached {
@@ -116,6 +122,7 @@ impl EtcdClient {
             config,
             clients: Mutex::new(HashMap::new()),
             scoped: Mutex::new(HashMap::new()),
+            scoped_tls: Mutex::new(HashMap::new()),
         }
     }
 
@@ -279,7 +286,15 @@ impl EtcdClient {
             .timeout(self.config.deadline)
             .tcp_nodelay(true);
         if url.starts_with("https://") {
-            let tls = self.config.tls.clone().unwrap_or_default();
+            let scoped = self
+                .scoped_tls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(domain_of(endpoint).unwrap_or_default())
+                .map(|t| t.options.clone());
+            let tls = scoped
+                .or_else(|| self.config.tls.clone())
+                .unwrap_or_default();
             ep = ep
                 .tls_config(tls)
                 .map_err(|e| format!("TLS configuration for {}: {e}", redact(&url)))?;
@@ -393,7 +408,12 @@ impl EtcdClient {
     fn auth_switch(&self, endpoint: &str, err: &etcd_client::Error) -> Option<bool> {
         self.credentials_for(endpoint)?;
         let text = err.to_string();
-        if NEEDS_TOKEN.iter().any(|m| text.contains(m)) {
+        // Over TLS with a client certificate, etcd takes a request without
+        // a token as from the user the certificate names (its CN), which
+        // usually may do nothing: refused, it is sent again with a token.
+        let as_certificate = text.contains(PERMISSION_DENIED)
+            && self.lock().get(endpoint).is_some_and(|c| !c.authenticated);
+        if NEEDS_TOKEN.iter().any(|m| text.contains(m)) || as_certificate {
             Some(true)
         } else if text.contains(AUTH_NOT_ENABLED) {
             Some(false)
@@ -556,6 +576,25 @@ impl EtcdApi for EtcdClient {
 
     fn authenticated(&self, endpoint: &str) -> Option<bool> {
         self.lock().get(endpoint).map(|c| c.authenticated)
+    }
+
+    fn set_tls(&self, domain: &str, tls: Option<crate::tls::ClusterTls>) {
+        let mut scoped = self.scoped_tls.lock().unwrap_or_else(|p| p.into_inner());
+        let same = match (scoped.get(domain), &tls) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.fingerprint == b.fingerprint,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        match tls {
+            Some(t) => scoped.insert(domain.to_owned(), t),
+            None => scoped.remove(domain),
+        };
+        drop(scoped);
+        self.lock()
+            .retain(|endpoint, _| domain_of(endpoint) != Some(domain));
     }
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {

@@ -254,6 +254,10 @@ impl<E: EtcdApi> EtcdApi for FaultyEtcd<E> {
         self.inner.set_credentials(domain, credentials)
     }
 
+    fn set_tls(&self, domain: &str, tls: Option<crate::tls::ClusterTls>) {
+        self.inner.set_tls(domain, tls)
+    }
+
     fn authenticated(&self, endpoint: &str) -> Option<bool> {
         self.inner.authenticated(endpoint)
     }

@@ -48,7 +48,12 @@ pub async fn cleanup(member: Arc<EtcdMember>, ctx: &Context) -> Result<Action, E
         .iter()
         .map(|m| ProbeTarget {
             member: m.name_any(),
-            endpoint: resources::member_client_url(&m.name_any(), &cluster.name_any(), &ns),
+            endpoint: resources::member_client_url(
+                resources::client_scheme(&cluster),
+                &m.name_any(),
+                &cluster.name_any(),
+                &ns,
+            ),
         })
         .collect();
     let report = probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await;

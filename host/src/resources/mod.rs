@@ -15,11 +15,15 @@ mod service;
 
 pub use member::{cluster_token, etcd_member};
 pub use names::{
-    cluster_domain, joining_initial_cluster, listed_member_name, member_client_url, member_host,
-    member_name_from_peer_url, member_peer_url, new_member_name, seed_initial_cluster,
+    client_scheme, cluster_domain, joining_initial_cluster, listed_member_name, member_client_url,
+    member_host, member_name_from_peer_url, member_peer_url, new_member_name, own_peer_url,
+    peer_scheme, seed_initial_cluster,
 };
 pub use pdb::pod_disruption_budget;
-pub use pod::{DATA_DIR, is_ready, is_terminal, member_pod, pod_forces_new_cluster, pod_version};
+pub use pod::{
+    DATA_DIR, TLS_CA, TLS_CERT, TLS_KEY, is_ready, is_terminal, member_pod, pod_forces_new_cluster,
+    pod_version,
+};
 pub use pvc::{member_pvc, pvc_name};
 pub use service::{client_service, client_service_name, headless_service};
 

@@ -4,6 +4,8 @@
 
 use steward_policy_sdk::EtcdMember as EtcdListed;
 
+use crate::api::EtcdCluster;
+
 use super::{CLIENT_PORT, PEER_PORT};
 
 /// A member's stable DNS name through the headless Service.
@@ -16,23 +18,59 @@ pub fn cluster_domain(cluster: &str, namespace: &str) -> String {
     format!("{cluster}.{namespace}.svc")
 }
 
-pub fn member_client_url(member: &str, cluster: &str, namespace: &str) -> String {
+/// `https` when the cluster's members serve their client API with TLS
+/// (`spec.tls.client`), else `http`.
+pub fn client_scheme(cluster: &EtcdCluster) -> &'static str {
+    if cluster
+        .spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.client.is_some())
+    {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// The same for the peer API (`spec.tls.peer`).
+pub fn peer_scheme(cluster: &EtcdCluster) -> &'static str {
+    if cluster.spec.tls.as_ref().is_some_and(|t| t.peer.is_some()) {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// `scheme` is [`client_scheme`] of the member's cluster.
+pub fn member_client_url(scheme: &str, member: &str, cluster: &str, namespace: &str) -> String {
     format!(
-        "http://{}:{CLIENT_PORT}",
+        "{scheme}://{}:{CLIENT_PORT}",
         member_host(member, cluster, namespace)
     )
 }
 
-pub fn member_peer_url(member: &str, cluster: &str, namespace: &str) -> String {
+/// `scheme` is [`peer_scheme`] of the member's cluster.
+pub fn member_peer_url(scheme: &str, member: &str, cluster: &str, namespace: &str) -> String {
     format!(
-        "http://{}:{PEER_PORT}",
+        "{scheme}://{}:{PEER_PORT}",
         member_host(member, cluster, namespace)
     )
 }
 
 /// `--initial-cluster` for a seed: just itself.
-pub fn seed_initial_cluster(member: &str, cluster: &str, namespace: &str) -> String {
-    format!("{member}={}", member_peer_url(member, cluster, namespace))
+pub fn seed_initial_cluster(scheme: &str, member: &str, cluster: &str, namespace: &str) -> String {
+    format!(
+        "{member}={}",
+        member_peer_url(scheme, member, cluster, namespace)
+    )
+}
+
+/// A member's own peer URL in its `--initial-cluster`.
+pub fn own_peer_url<'a>(initial_cluster: &'a str, member: &str) -> Option<&'a str> {
+    initial_cluster
+        .split(',')
+        .find_map(|e| e.strip_prefix(member)?.strip_prefix('='))
 }
 
 /// `--initial-cluster` for a member joining after MemberAddAsLearner, from
@@ -110,16 +148,40 @@ mod tests {
     #[test]
     fn member_urls_go_through_the_headless_service() {
         assert_eq!(
-            member_client_url("main-0", "main", "prod"),
+            member_client_url("http", "main-0", "main", "prod"),
             "http://main-0.main.prod.svc:2379"
         );
         assert_eq!(
-            member_peer_url("main-0", "main", "prod"),
+            member_peer_url("http", "main-0", "main", "prod"),
             "http://main-0.main.prod.svc:2380"
         );
         assert_eq!(
-            seed_initial_cluster("main-0", "main", "prod"),
+            seed_initial_cluster("http", "main-0", "main", "prod"),
             "main-0=http://main-0.main.prod.svc:2380"
+        );
+    }
+
+    #[test]
+    fn tls_makes_the_urls_https_and_a_member_finds_its_own_peer_url() {
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1", "kind": "EtcdCluster",
+            "metadata": {"name": "main", "namespace": "prod"},
+            "spec": {"tls": {"client": {"serverSecretRef": {"name": "s"},
+                                        "operatorClientSecretRef": {"name": "o"}}}},
+        }))
+        .unwrap();
+        assert_eq!(client_scheme(&cluster), "https");
+        assert_eq!(peer_scheme(&cluster), "http");
+        let initial =
+            "main-0=https://main-0.main.prod.svc:2380,main-1=https://main-1.main.prod.svc:2380";
+        assert_eq!(
+            own_peer_url(initial, "main-1"),
+            Some("https://main-1.main.prod.svc:2380")
+        );
+        assert_eq!(own_peer_url(initial, "main-"), None);
+        assert_eq!(
+            member_name_from_peer_url("https://main-1.main.prod.svc:2380"),
+            Some("main-1")
         );
     }
 
@@ -142,7 +204,7 @@ mod tests {
             joining_initial_cluster(
                 &members,
                 "main-3",
-                &member_peer_url("main-3", "main", "prod")
+                &member_peer_url("http", "main-3", "main", "prod")
             )
             .as_deref(),
             Some(

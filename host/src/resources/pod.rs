@@ -11,8 +11,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, KeyToPath,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, ProjectedVolumeSource,
+    SecretProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,7 +22,7 @@ use kube::ResourceExt;
 
 use super::{
     ANNOTATION_VERSION, BuildError, CLIENT_PORT, METRICS_PORT, MemberContext, PEER_PORT,
-    member_client_url, member_labels, member_peer_url, owner_of, pvc_name,
+    client_scheme, member_client_url, member_labels, member_peer_url, owner_of, pvc_name,
 };
 use crate::api::{EtcdCluster, EtcdMember, StorageMedium};
 
@@ -72,7 +73,11 @@ pub fn member_pod(
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             containers: vec![etcd_container(&cx, etcd_image)],
-            volumes: Some(vec![data_volume(&cx)]),
+            volumes: Some(
+                std::iter::once(data_volume(&cx))
+                    .chain(tls_mounts(cx.cluster).into_iter().map(|m| m.volume()))
+                    .collect(),
+            ),
             affinity: spec.affinity.clone(),
             topology_spread_constraints: spec.topology_spread_constraints.clone(),
             image_pull_secrets: spec.image_pull_secrets.clone(),
@@ -145,11 +150,15 @@ fn etcd_container(cx: &MemberContext<'_>, etcd_image: &str) -> Container {
             port("peer", PEER_PORT),
             port("metrics", METRICS_PORT),
         ]),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.to_owned(),
-            mount_path: DATA_DIR.to_owned(),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(
+            std::iter::once(VolumeMount {
+                name: DATA_VOLUME.to_owned(),
+                mount_path: DATA_DIR.to_owned(),
+                ..Default::default()
+            })
+            .chain(tls_mounts(cx.cluster).into_iter().map(|m| m.mount()))
+            .collect(),
+        ),
         readiness_probe: Some(Probe {
             http_get: Some(http_get("/health")),
             period_seconds: Some(5),
@@ -193,24 +202,48 @@ fn etcd_args(cx: &MemberContext<'_>) -> Vec<String> {
     } else {
         "existing"
     };
+    let (client, peer) = (
+        client_scheme(cx.cluster),
+        super::names::peer_scheme(cx.cluster),
+    );
     let mut args = vec![
         format!("--name={member}"),
         format!("--data-dir={DATA_DIR}"),
-        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
-        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
+        format!("--listen-client-urls={client}://0.0.0.0:{CLIENT_PORT}"),
+        format!("--listen-peer-urls={peer}://0.0.0.0:{PEER_PORT}"),
+        // Plain, with TLS too: the kubelet's probes and Prometheus read
+        // /health and /metrics here without a client certificate.
         format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
         format!(
             "--advertise-client-urls={}",
-            member_client_url(member, cluster, ns)
+            member_client_url(client, member, cluster, ns)
         ),
         format!(
             "--initial-advertise-peer-urls={}",
-            member_peer_url(member, cluster, ns)
+            member_peer_url(peer, member, cluster, ns)
         ),
         format!("--initial-cluster={}", spec.initial_cluster),
         format!("--initial-cluster-state={state}"),
         format!("--initial-cluster-token={}", spec.cluster_token),
     ];
+    for m in tls_mounts(cx.cluster) {
+        let dir = m.dir;
+        let flag = if m.peer { "--peer-" } else { "--" };
+        args.extend([
+            format!("{flag}cert-file={dir}/{TLS_CERT}"),
+            format!("{flag}key-file={dir}/{TLS_KEY}"),
+        ]);
+        // Only holders of a certificate from the Secret's CA may talk to
+        // etcd: always between peers; on the client port once the operator
+        // has a client certificate of its own (the anchor's meaning of
+        // operatorClientSecretRef), else the members serve TLS only.
+        if m.peer || m.client_auth {
+            args.extend([
+                format!("{flag}trusted-ca-file={dir}/{TLS_CA}"),
+                format!("{flag}client-cert-auth"),
+            ]);
+        }
+    }
     if spec.force_new_cluster {
         args.push(FORCE_NEW_CLUSTER.to_owned());
     }
@@ -229,6 +262,88 @@ fn etcd_args(cx: &MemberContext<'_>) -> Vec<String> {
         }
     }
     args
+}
+
+/// The keys of a `kubernetes.io/tls` Secret with its CA, as the anchor
+/// operator and cert-manager write them.
+pub const TLS_CERT: &str = "tls.crt";
+pub const TLS_KEY: &str = "tls.key";
+pub const TLS_CA: &str = "ca.crt";
+
+/// A TLS Secret mounted into the etcd container.
+struct TlsMount {
+    volume: &'static str,
+    dir: &'static str,
+    secret: String,
+    peer: bool,
+    /// Clients must present a certificate from the Secret's CA.
+    client_auth: bool,
+}
+
+/// The serving Secret (`spec.tls.client.serverSecretRef`) and the peer
+/// Secret (`spec.tls.peer.secretRef`), each as a projected volume of its
+/// three keys, read-only.
+fn tls_mounts(cluster: &EtcdCluster) -> Vec<TlsMount> {
+    let tls = cluster.spec.tls.as_ref();
+    let client = tls.and_then(|t| t.client.as_ref()).and_then(|c| {
+        c.server_secret_ref.as_ref().map(|r| TlsMount {
+            volume: "client-tls",
+            dir: "/etc/etcd/tls/client",
+            secret: r.name.clone(),
+            peer: false,
+            client_auth: c.operator_client_secret_ref.is_some(),
+        })
+    });
+    let peer = tls
+        .and_then(|t| t.peer.as_ref())
+        .and_then(|p| p.secret_ref.as_ref())
+        .map(|r| TlsMount {
+            volume: "peer-tls",
+            dir: "/etc/etcd/tls/peer",
+            secret: r.name.clone(),
+            peer: true,
+            client_auth: true,
+        });
+    client.into_iter().chain(peer).collect()
+}
+
+impl TlsMount {
+    fn volume(&self) -> Volume {
+        let items = [TLS_CERT, TLS_KEY, TLS_CA]
+            .into_iter()
+            .map(|k| KeyToPath {
+                key: k.to_owned(),
+                path: k.to_owned(),
+                ..Default::default()
+            })
+            .collect();
+        Volume {
+            name: self.volume.to_owned(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![VolumeProjection {
+                    secret: Some(SecretProjection {
+                        name: self.secret.clone(),
+                        items: Some(items),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }]),
+                // etcd runs as root; the key is for its eyes only.
+                default_mode: Some(0o400),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn mount(&self) -> VolumeMount {
+        VolumeMount {
+            name: self.volume.to_owned(),
+            mount_path: self.dir.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        }
+    }
 }
 
 fn data_volume(cx: &MemberContext<'_>) -> Volume {
@@ -288,6 +403,73 @@ mod tests {
             .args
             .clone()
             .unwrap()
+    }
+
+    #[test]
+    fn tls_from_secrets_serves_https_and_mounts_each_secret_read_only() {
+        let mut spec = fixtures::spec();
+        spec.tls = Some(serde_json::from_value(serde_json::json!({
+            "client": {"serverSecretRef": {"name": "srv"}, "operatorClientSecretRef": {"name": "op"}},
+            "peer": {"secretRef": {"name": "peer"}},
+        })).unwrap());
+        let cluster = fixtures::cluster(spec.clone());
+        let pod = member_pod(&cluster, &fixtures::member("main-0", true), IMAGE).unwrap();
+        let a = args(&pod);
+        for want in [
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            "--listen-metrics-urls=http://0.0.0.0:2381",
+            "--advertise-client-urls=https://main-0.main.prod.svc:2379",
+            "--initial-advertise-peer-urls=https://main-0.main.prod.svc:2380",
+            "--cert-file=/etc/etcd/tls/client/tls.crt",
+            "--key-file=/etc/etcd/tls/client/tls.key",
+            "--trusted-ca-file=/etc/etcd/tls/client/ca.crt",
+            "--client-cert-auth",
+            "--peer-cert-file=/etc/etcd/tls/peer/tls.crt",
+            "--peer-trusted-ca-file=/etc/etcd/tls/peer/ca.crt",
+            "--peer-client-cert-auth",
+        ] {
+            assert!(a.iter().any(|x| x == want), "{want} in {a:?}");
+        }
+        let spec_of = pod.spec.as_ref().unwrap();
+        let volumes = spec_of.volumes.as_ref().unwrap();
+        let secret_of = |name: &str| {
+            let v = volumes.iter().find(|v| v.name == name).unwrap();
+            let p = v.projected.as_ref().unwrap();
+            assert_eq!(p.default_mode, Some(0o400));
+            p.sources.as_ref().unwrap()[0]
+                .secret
+                .as_ref()
+                .unwrap()
+                .name
+                .clone()
+        };
+        assert_eq!(secret_of("client-tls"), "srv");
+        assert_eq!(secret_of("peer-tls"), "peer");
+        let mounts = spec_of.containers[0].volume_mounts.as_ref().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .filter(|m| m.name.ends_with("-tls"))
+                .all(|m| m.read_only == Some(true))
+        );
+
+        // Server TLS alone (no operator certificate): no client certificates
+        // required, as in the anchor.
+        spec.tls = Some(
+            serde_json::from_value(serde_json::json!({
+                "client": {"serverSecretRef": {"name": "srv"}},
+            }))
+            .unwrap(),
+        );
+        let cluster = fixtures::cluster(spec);
+        let a = args(&member_pod(&cluster, &fixtures::member("main-0", true), IMAGE).unwrap());
+        assert!(a.contains(&"--cert-file=/etc/etcd/tls/client/tls.crt".to_owned()));
+        assert!(
+            !a.iter()
+                .any(|x| x == "--client-cert-auth" || x.starts_with("--trusted-ca-file"))
+        );
+        assert!(a.contains(&"--listen-peer-urls=http://0.0.0.0:2380".to_owned()));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::api::{EtcdCluster, EtcdMember};
-use crate::resources::{DATA_DIR, member_peer_url};
+use crate::resources::{DATA_DIR, member_peer_url, own_peer_url};
 use crate::snapshot::pod::{BACKUP_MOUNT, Stored, fetch_step, reporting};
 
 /// Where the snapshot and the staged restore live, on the data volume.
@@ -124,9 +124,12 @@ pub fn add_init_containers(
             format!("--name={name}"),
             format!("--initial-cluster={}", member.spec.initial_cluster),
             format!("--initial-cluster-token={}", member.spec.cluster_token),
+            // The URL the member itself advertises, scheme included.
             format!(
                 "--initial-advertise-peer-urls={}",
-                member_peer_url(&name, &member.spec.cluster, &ns)
+                own_peer_url(&member.spec.initial_cluster, &name)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| member_peer_url("http", &name, &member.spec.cluster, &ns))
             ),
         ]),
         volume_mounts: mounts.clone(),

@@ -785,12 +785,18 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
         .into_iter()
         .filter(|m| !m.spec.dormant)
         .map(|m| ProbeTarget {
-            endpoint: crate::resources::member_client_url(&m.name_any(), cluster_name, &ns),
+            endpoint: crate::resources::member_client_url(
+                crate::resources::client_scheme(&cluster),
+                &m.name_any(),
+                cluster_name,
+                &ns,
+            ),
             member: m.name_any(),
         })
         .collect();
-    // The cluster's credentials, in case no cluster reconcile set them yet.
-    crate::auth::prepare(&cluster, ctx).await;
+    // The cluster's credentials and TLS are set by its own reconcile (only
+    // there, so no other controller races it); until then the probe fails
+    // and the attempt is retried.
     let report = probe_cluster(ctx.etcd.as_ref(), &targets, ctx.config.probe_deadline).await;
     let quorum = quorum::confirmed(&report).map_err(|why| {
         Problem::retry(

@@ -243,6 +243,75 @@ impl Env {
             .expect("creating the EtcdCluster")
     }
 
+    /// A cluster of `replicas` members with client and peer TLS from
+    /// Secrets made by a CA of its own: the members' serving certificate
+    /// (`*.<name>.<ns>.svc` and the client Service's names), their peer
+    /// certificate, and the operator's client certificate (Secrets
+    /// `<name>-server`, `<name>-peer`, `<name>-operator`). Returns the
+    /// files etcdctl uses to call as the operator does: CA, certificate, key.
+    pub async fn create_tls_cluster(&self, name: &str, replicas: i32) -> (String, String, String) {
+        let pki = steward_testbed::pki::Pki::create(&self.dir().join(format!("{name}-pki")))
+            .expect("a CA");
+        let members = format!("*.{name}.{NS}.svc");
+        let service = format!("{name}-client.{NS}.svc");
+        let short = format!("{name}-client");
+        // Serving and client: etcd's gateway presents its serving
+        // certificate as a client when members require client certificates.
+        let server = pki
+            .serving_and_client(
+                &format!("{name}-server"),
+                "etcd",
+                &[&members, &service, &short],
+            )
+            .unwrap();
+        let peer = pki
+            .serving_and_client(&format!("{name}-peer"), "etcd-peer", &[&members])
+            .unwrap();
+        let operator = pki
+            .client(&format!("{name}-operator"), "etcd-steward", &[])
+            .unwrap();
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), NS);
+        for (suffix, files) in [
+            ("server", &server),
+            ("peer", &peer),
+            ("operator", &operator),
+        ] {
+            let secret = serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{name}-{suffix}"), "namespace": NS},
+                "type": "kubernetes.io/tls",
+                "stringData": {"tls.crt": files.cert_pem, "tls.key": files.key_pem, "ca.crt": pki.ca_pem()},
+            });
+            secrets
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(secret).unwrap(),
+                )
+                .await
+                .expect("creating a TLS Secret");
+        }
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "storage": {"size": "1Gi"},
+                     "tls": {"client": {"serverSecretRef": {"name": format!("{name}-server")},
+                                        "operatorClientSecretRef": {"name": format!("{name}-operator")}},
+                             "peer": {"secretRef": {"name": format!("{name}-peer")}}}}
+        }))
+        .expect("a valid EtcdCluster");
+        self.clusters()
+            .create(&PostParams::default(), &cluster)
+            .await
+            .expect("creating the EtcdCluster");
+        (
+            pki.ca_cert().display().to_string(),
+            operator.cert.display().to_string(),
+            operator.key.display().to_string(),
+        )
+    }
+
     /// Patches spec.replicas; returns the object as stored by that patch.
     pub async fn scale(&self, name: &str, replicas: i32) -> EtcdCluster {
         self.clusters()

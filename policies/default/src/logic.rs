@@ -225,15 +225,24 @@ fn probed(obs: &Observation, report: &ProbeReport, settings: &Settings) -> Verdi
             // Every member refused the operator's credentials: the members
             // may be fine, but nothing about them can be verified, and the
             // fix is the Secret, not the members.
-            let rejected = !report.endpoints.is_empty()
-                && report.endpoints.iter().all(|p| {
-                    matches!(&p.outcome, ProbeOutcome::Failed(e) if e.kind == ProbeErrorKind::Auth)
-                });
-            let reason = if rejected {
+            let all = |kind: ProbeErrorKind| {
+                !report.endpoints.is_empty()
+                    && report
+                        .endpoints
+                        .iter()
+                        .all(|p| matches!(&p.outcome, ProbeOutcome::Failed(e) if e.kind == kind))
+            };
+            let reason = if all(ProbeErrorKind::Auth) {
                 message.push_str(
                     "etcd refused the operator's credentials (check spec.auth.rootCredentialsSecretRef): ",
                 );
                 "AuthCredentialsRejected"
+            } else if all(ProbeErrorKind::Tls) {
+                // The same for certificates: one side refused the other's.
+                message.push_str(
+                    "every member failed the TLS handshake (check the certificates in the spec.tls Secrets): ",
+                );
+                "TLSHandshakeFailed"
             } else {
                 message.push_str("no endpoint answered: ");
                 "ClusterUnreachable"

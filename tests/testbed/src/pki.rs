@@ -65,6 +65,30 @@ impl Pki {
 
     /// A serving certificate `<file>.crt` for `hosts` (DNS names or IPs).
     pub fn serving(&self, file: &str, cn: &str, hosts: &[&str]) -> Result<CertFiles> {
+        self.for_hosts(file, cn, hosts, &[ExtendedKeyUsagePurpose::ServerAuth])
+    }
+
+    /// A certificate that serves `hosts` and is a client too, as an etcd
+    /// member's peer certificate must be (its peers check both ends).
+    pub fn serving_and_client(&self, file: &str, cn: &str, hosts: &[&str]) -> Result<CertFiles> {
+        self.for_hosts(
+            file,
+            cn,
+            hosts,
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )
+    }
+
+    fn for_hosts(
+        &self,
+        file: &str,
+        cn: &str,
+        hosts: &[&str],
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> Result<CertFiles> {
         let mut params = CertificateParams::default();
         params.distinguished_name = name(cn, &[]);
         params.subject_alt_names = hosts
@@ -75,7 +99,7 @@ impl Pki {
             })
             .collect::<Result<_, rcgen::Error>>()
             .with_context(|| format!("the names of {file}"))?;
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = usages.to_vec();
         self.sign(file, params)
     }
 

@@ -1,0 +1,277 @@
+//! TLS of a cluster (`spec.tls`) as the operator's etcd client sees it,
+//! per cluster, with the anchor operator's meaning: the CA it trusts is
+//! `ca.crt` of `spec.tls.client.serverSecretRef`; the certificate it
+//! presents, if any, is `tls.crt`/`tls.key` of
+//! `spec.tls.client.operatorClientSecretRef` (the members then require
+//! client certificates; without it they serve TLS only).
+//!
+//! Guarantees:
+//! - Of the serving Secret only `ca.crt` is used (its key is the
+//!   members'). The operator's private key goes from its Secret into the
+//!   client's TLS configuration only; [`ClusterTls`] prints nothing but a fingerprint,
+//!   and no message names more than the Secret and its keys.
+//! - The Secret is read again at most every [`SECRET_RECHECK`]; a changed
+//!   certificate, key or CA drops the cluster's connections, so the next
+//!   call presents the new certificate.
+//! - Without a usable CA or client certificate the cluster is not probed:
+//!   the status says why ([`prepare`]) rather than reporting every member
+//!   as refusing a handshake.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use sha2::{Digest, Sha256};
+
+use crate::api::EtcdCluster;
+use crate::context::Context;
+use crate::resources::{TLS_CA, TLS_CERT, TLS_KEY};
+
+/// How long a read of the TLS Secrets stands (`get` only, no watch, as
+/// for every Secret the operator reads).
+pub const SECRET_RECHECK: Duration = Duration::from_secs(10);
+
+/// The TLS configuration for one cluster's endpoints.
+#[derive(Clone)]
+pub struct ClusterTls {
+    /// sha256 over the CA, certificate and key: what tells a change.
+    pub fingerprint: [u8; 32],
+    pub options: etcd_client::TlsOptions,
+}
+
+impl std::fmt::Debug for ClusterTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterTls")
+            .field("fingerprint", &hex::encode(&self.fingerprint[..8]))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A read of a cluster's TLS Secrets, and when it was made.
+type Read = (Instant, Result<ClusterTls, String>);
+
+/// The last read of each cluster's TLS Secrets, by cluster UID.
+#[derive(Default)]
+pub struct Registry {
+    reads: Mutex<HashMap<String, Read>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Read>> {
+        self.reads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+}
+
+/// Before the probe: sets the TLS configuration the cluster's members are
+/// called with. `Some(why)` when the cluster has client TLS but no usable
+/// CA or client certificate: it is not probed then.
+pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Option<String> {
+    let domain = crate::resources::cluster_domain(
+        &cluster.name_any(),
+        &cluster.namespace().unwrap_or_default(),
+    );
+    let client = cluster.spec.tls.as_ref().and_then(|t| t.client.as_ref());
+    let Some(server) = client
+        .and_then(|c| c.server_secret_ref.as_ref())
+        .map(|r| r.name.clone())
+    else {
+        ctx.etcd.set_tls(&domain, None);
+        return None;
+    };
+    let operator = client
+        .and_then(|c| c.operator_client_secret_ref.as_ref())
+        .map(|r| r.name.clone());
+    let uid = cluster.uid().unwrap_or_default();
+    let ns = cluster.namespace().unwrap_or_default();
+    let cached = ctx
+        .tls
+        .lock()
+        .get(&uid)
+        .filter(|(at, _)| at.elapsed() < SECRET_RECHECK)
+        .map(|(_, r)| r.clone());
+    let read = match cached {
+        Some(read) => read,
+        None => {
+            let read = read_secrets(ctx, &ns, &server, operator.as_deref()).await;
+            ctx.tls.lock().insert(uid, (Instant::now(), read.clone()));
+            read
+        }
+    };
+    match read {
+        Ok(tls) => {
+            ctx.etcd.set_tls(&domain, Some(tls));
+            None
+        }
+        Err(why) => Some(why),
+    }
+}
+
+async fn get(ctx: &Context, ns: &str, name: &str, field: &str) -> Result<Secret, String> {
+    Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Secret {ns}/{name} ({field}): {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} ({field}) does not exist"))
+}
+
+async fn read_secrets(
+    ctx: &Context,
+    ns: &str,
+    server: &str,
+    operator: Option<&str>,
+) -> Result<ClusterTls, String> {
+    let server = (get(ctx, ns, server, SERVER_FIELD).await?, server.to_owned());
+    let operator = match operator {
+        Some(name) => Some((get(ctx, ns, name, OPERATOR_FIELD).await?, name.to_owned())),
+        None => None,
+    };
+    from_secrets(
+        ns,
+        (&server.0, &server.1),
+        operator.as_ref().map(|(s, n)| (s, n.as_str())),
+    )
+}
+
+const SERVER_FIELD: &str = "spec.tls.client.serverSecretRef";
+const OPERATOR_FIELD: &str = "spec.tls.client.operatorClientSecretRef";
+
+/// PEM values of `keys` in `secret`, or what is missing or malformed.
+/// Only PEM framing is checked here; a certificate the other side rejects
+/// shows as a TLS fault of the probe.
+fn pem_values(
+    secret: &Secret,
+    ns: &str,
+    name: &str,
+    field: &str,
+    keys: &[&str],
+) -> Result<Vec<Vec<u8>>, String> {
+    let data = secret.data.clone().unwrap_or_default();
+    let missing: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| data.get(*k).is_none_or(|v| v.0.is_empty()))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "Secret {ns}/{name} ({field}) has no non-empty {}; it needs {}",
+            missing.join(", "),
+            keys.join(", ")
+        ));
+    }
+    keys.iter()
+        .map(|k| {
+            let value = data[*k].0.clone();
+            let what = if *k == TLS_KEY {
+                "PRIVATE KEY"
+            } else {
+                "CERTIFICATE"
+            };
+            let text = String::from_utf8_lossy(&value);
+            if text.contains("-----BEGIN ") && text.contains(what) {
+                Ok(value)
+            } else {
+                Err(format!(
+                    "Secret {ns}/{name} ({field}): {k} is not a PEM {}",
+                    what.to_lowercase()
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The client configuration from the serving Secret (its `ca.crt`) and
+/// the operator's Secret (`tls.crt`, `tls.key`), if the cluster has one.
+pub fn from_secrets(
+    ns: &str,
+    server: (&Secret, &str),
+    operator: Option<(&Secret, &str)>,
+) -> Result<ClusterTls, String> {
+    let ca = pem_values(server.0, ns, server.1, SERVER_FIELD, &[TLS_CA])?.remove(0);
+    let identity = match operator {
+        Some((secret, name)) => {
+            let mut v = pem_values(secret, ns, name, OPERATOR_FIELD, &[TLS_CERT, TLS_KEY])?;
+            let key = v.remove(1);
+            Some((v.remove(0), key))
+        }
+        None => None,
+    };
+    let mut digest = Sha256::new();
+    let empty = Vec::new();
+    let (cert, key) = identity.as_ref().map_or((&empty, &empty), |(c, k)| (c, k));
+    for part in [&ca, cert, key] {
+        digest.update((part.len() as u64).to_be_bytes());
+        digest.update(part);
+    }
+    let mut options =
+        etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&ca));
+    if let Some((cert, key)) = identity {
+        options = options.identity(etcd_client::Identity::from_pem(cert, key));
+    }
+    Ok(ClusterTls {
+        fingerprint: digest.finalize().into(),
+        options,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(pairs: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nsecretkeybytes\n-----END PRIVATE KEY-----\n";
+
+    #[test]
+    fn the_servers_ca_and_the_operators_certificate_give_a_client_configuration() {
+        let server = secret(&[("tls.crt", CERT), ("tls.key", KEY), ("ca.crt", CERT)]);
+        let operator = secret(&[("tls.crt", CERT), ("tls.key", KEY)]);
+        let mtls = from_secrets("ns", (&server, "srv"), Some((&operator, "op"))).unwrap();
+        let shown = format!("{mtls:?}");
+        assert!(!shown.contains("secretkeybytes"), "{shown}");
+        // Server TLS only: the CA alone, and another fingerprint.
+        let only = from_secrets("ns", (&server, "srv"), None).unwrap();
+        assert_ne!(only.fingerprint, mtls.fingerprint);
+    }
+
+    #[test]
+    fn missing_keys_and_non_pem_values_are_named_without_their_contents() {
+        let server = secret(&[("tls.crt", CERT), ("tls.key", KEY)]);
+        let e = from_secrets("ns", (&server, "srv"), None).unwrap_err();
+        assert_eq!(
+            e,
+            "Secret ns/srv (spec.tls.client.serverSecretRef) has no non-empty ca.crt; it needs ca.crt"
+        );
+        let server = secret(&[("ca.crt", CERT)]);
+        let operator = secret(&[("tls.crt", CERT)]);
+        let e = from_secrets("ns", (&server, "srv"), Some((&operator, "op"))).unwrap_err();
+        assert!(
+            e.ends_with("has no non-empty tls.key; it needs tls.crt, tls.key"),
+            "{e}"
+        );
+        let operator = secret(&[("tls.crt", CERT), ("tls.key", "secretkeybytes")]);
+        let e = from_secrets("ns", (&server, "srv"), Some((&operator, "op"))).unwrap_err();
+        assert_eq!(
+            e,
+            "Secret ns/op (spec.tls.client.operatorClientSecretRef): tls.key is not a PEM private key"
+        );
+    }
+}
