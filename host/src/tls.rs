@@ -13,9 +13,10 @@
 //! - The Secret is read again at most every [`SECRET_RECHECK`]; a changed
 //!   certificate, key or CA drops the cluster's connections, so the next
 //!   call presents the new certificate.
-//! - Without a usable CA or client certificate the cluster is not probed:
-//!   the status says why ([`prepare`]) rather than reporting every member
-//!   as refusing a handshake.
+//! - Without a usable CA or client certificate, and none read before, the
+//!   cluster is not probed: the status says why ([`prepare`]) rather than
+//!   reporting every member as refusing a handshake. With one read before,
+//!   it is probed with that, and a Warning Event names the problem.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,7 +40,14 @@ pub const SECRET_RECHECK: Duration = Duration::from_secs(10);
 pub struct ClusterTls {
     /// sha256 over the CA, certificate and key: what tells a change.
     pub fingerprint: [u8; 32],
-    pub options: etcd_client::TlsOptions,
+    /// Private: tonic's Debug of it prints the key.
+    options: etcd_client::TlsOptions,
+}
+
+impl ClusterTls {
+    pub fn options(&self) -> &etcd_client::TlsOptions {
+        &self.options
+    }
 }
 
 impl std::fmt::Debug for ClusterTls {
@@ -50,10 +58,11 @@ impl std::fmt::Debug for ClusterTls {
     }
 }
 
-/// A read of a cluster's TLS Secrets, and when it was made.
-type Read = (Instant, Result<ClusterTls, String>);
+/// A good read of a cluster's TLS Secrets, and when it was made.
+type Read = (Instant, ClusterTls);
 
-/// The last read of each cluster's TLS Secrets, by cluster UID.
+/// The last good read of each cluster's TLS Secrets, by cluster UID.
+/// Failed reads are not kept: they are tried again on the next reconcile.
 #[derive(Default)]
 pub struct Registry {
     reads: Mutex<HashMap<String, Read>>,
@@ -69,10 +78,20 @@ impl Registry {
     }
 }
 
+/// What [`prepare`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// There is no usable configuration, and never was: the cluster is not
+    /// probed, and this says why.
+    pub unusable: Option<String>,
+    /// The Secrets cannot be read or used now, but an earlier read can:
+    /// the cluster is probed with that, and a Warning Event says this.
+    pub stale: Option<String>,
+}
+
 /// Before the probe: sets the TLS configuration the cluster's members are
-/// called with. `Some(why)` when the cluster has client TLS but no usable
-/// CA or client certificate: it is not probed then.
-pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Option<String> {
+/// called with.
+pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Prepared {
     let domain = crate::resources::cluster_domain(
         &cluster.name_any(),
         &cluster.namespace().unwrap_or_default(),
@@ -83,33 +102,41 @@ pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Option<String> {
         .map(|r| r.name.clone())
     else {
         ctx.etcd.set_tls(&domain, None);
-        return None;
+        return Prepared::default();
     };
     let operator = client
         .and_then(|c| c.operator_client_secret_ref.as_ref())
         .map(|r| r.name.clone());
     let uid = cluster.uid().unwrap_or_default();
     let ns = cluster.namespace().unwrap_or_default();
-    let cached = ctx
-        .tls
-        .lock()
-        .get(&uid)
-        .filter(|(at, _)| at.elapsed() < SECRET_RECHECK)
-        .map(|(_, r)| r.clone());
-    let read = match cached {
-        Some(read) => read,
-        None => {
-            let read = read_secrets(ctx, &ns, &server, operator.as_deref()).await;
-            ctx.tls.lock().insert(uid, (Instant::now(), read.clone()));
-            read
-        }
-    };
-    match read {
+    let known = ctx.tls.lock().get(&uid).cloned();
+    if let Some((at, tls)) = &known
+        && at.elapsed() < SECRET_RECHECK
+    {
+        ctx.etcd.set_tls(&domain, Some(tls.clone()));
+        return Prepared::default();
+    }
+    match read_secrets(ctx, &ns, &server, operator.as_deref()).await {
         Ok(tls) => {
+            ctx.tls.lock().insert(uid, (Instant::now(), tls.clone()));
             ctx.etcd.set_tls(&domain, Some(tls));
-            None
+            Prepared::default()
         }
-        Err(why) => Some(why),
+        // A Secret being replaced, or a moment of API trouble, does not
+        // hide a cluster the configuration read before still reaches.
+        Err(why) => match known {
+            Some((_, tls)) => {
+                ctx.etcd.set_tls(&domain, Some(tls));
+                Prepared {
+                    unusable: None,
+                    stale: Some(why),
+                }
+            }
+            None => Prepared {
+                unusable: Some(why),
+                stale: None,
+            },
+        },
     }
 }
 

@@ -2939,7 +2939,7 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
         let get: Vec<&str> = get.iter().map(String::as_str).collect();
         assert_eq!(env.etcdctl(&endpoints, &get).await.trim(), "over https");
 
-        // No client certificate: refused, by every member.
+        // No client certificate: refused.
         let ca_only = format!("--cacert={ca}");
         let (ok, out) = etcdctl_as(&env, &service, None, &[&ca_only, "get", "/steward/tls"]).await;
         assert!(!ok, "etcd requires a client certificate: {out}");
@@ -2986,9 +2986,52 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
         env.wait_available("tls", 3).await;
         assert_eq!(env.etcdctl(&endpoints, &get).await.trim(), "over https");
 
+        // A snapshot to a PVC: its save Pod gets the serving Secret's CA and
+        // the operator's certificate by reference, and streams over https.
+        let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "tls-backups"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            }))
+            .unwrap();
+        kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+            env.client.clone(),
+            NS,
+        )
+        .create(&Default::default(), &claim)
+        .await
+        .unwrap();
+        let snap: etcd_steward::api::EtcdSnapshot = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdSnapshot",
+            "metadata": {"name": "tls-snap", "namespace": NS},
+            "spec": {"clusterRef": {"name": "tls"},
+                     "destination": {"pvc": {"claimName": "tls-backups", "subPath": "tls"}}},
+        }))
+        .unwrap();
+        let snapshots: kube::Api<etcd_steward::api::EtcdSnapshot> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        snapshots.create(&Default::default(), &snap).await.unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            let s = snapshots.get("tls-snap").await.unwrap();
+            let phase = s.status.as_ref().and_then(|s| s.phase);
+            if phase.is_some_and(|p| format!("{p:?}") == "Complete") {
+                break;
+            }
+            assert!(
+                phase.is_none_or(|p| format!("{p:?}") != "Failed") && start.elapsed() < EVENTUALLY,
+                "the snapshot of a TLS cluster to a PVC: {:#?}",
+                s.status
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+
         // The operator's certificate from another CA: every member refuses
-        // it and the operator refuses theirs. The status names TLS, and
-        // nothing is done to the membership; the right Secret restores it.
+        // it. The status names TLS, and nothing is done to the membership;
+        // the right Secret restores it (the operator reconnects).
+
         let members_before = env.member_names("tls").await;
         let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
             kube::Api::namespaced(env.client.clone(), NS);
@@ -3041,22 +3084,59 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
             .unwrap();
         env.wait_available("tls", 3).await;
 
-        // No operator Secret at all: not probed, and the status says why.
+        // The operator's Secret gone: the configuration read before still
+        // reaches the members, so the cluster stays verified, and a Warning
+        // Event names the Secret.
         secrets
             .delete("tls-operator", &Default::default())
             .await
             .unwrap();
-        env.wait_for("tls", "the missing Secret named", |c| {
-            condition_message(c, "Available").is_some_and(|m| {
-                m.contains("no TLS configuration for etcd: Secret default/tls-operator (spec.tls.client.operatorClientSecretRef) does not exist")
-            })
-        })
-        .await;
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        let start = std::time::Instant::now();
+        while !events.list(&Default::default()).await.unwrap().items.iter().any(|e| {
+            e.reason.as_deref() == Some("TLSSecretInvalid")
+                && e.note.as_deref().is_some_and(|n| {
+                    n.contains("Secret default/tls-operator (spec.tls.client.operatorClientSecretRef) does not exist")
+                })
+        }) {
+            assert!(start.elapsed() < EVENTUALLY, "no TLSSecretInvalid Event");
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let c = env.clusters().get("tls").await.unwrap();
+        assert_eq!(
+            condition(&c, "Available"),
+            Some("True"),
+            "{}",
+            conditions_line(&c)
+        );
         assert_eq!(
             env.member_names("tls").await,
             members_before,
             "no membership change"
         );
+
+        // A cluster whose operator Secret never existed is not probed, and
+        // its status says why.
+        let lone: etcd_steward::api::EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "lone", "namespace": NS},
+            "spec": {"replicas": 1, "storage": {"size": "1Gi"},
+                     "tls": {"client": {"serverSecretRef": {"name": "tls-server"},
+                                        "operatorClientSecretRef": {"name": "nope"}}}}
+        }))
+        .unwrap();
+        env.clusters()
+            .create(&Default::default(), &lone)
+            .await
+            .unwrap();
+        env.wait_for("lone", "the missing Secret named", |c| {
+            condition_message(c, "Available").is_some_and(|m| {
+                m.contains("no TLS configuration for etcd: Secret default/nope (spec.tls.client.operatorClientSecretRef) does not exist")
+            })
+        })
+        .await;
         env.shutdown().await;
     });
 }

@@ -24,7 +24,13 @@ static BYTES: AtomicUsize = AtomicUsize::new(0);
 static LEAKS: AtomicUsize = AtomicUsize::new(0);
 static SEEN: Mutex<[bool; 3]> = Mutex::new([false; 3]);
 /// A line of the operator's private key, once made.
-static KEY_LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// As PEM text, and as the decimal bytes a `Vec<u8>` Debug prints
+/// (tonic's `Identity` is such).
+static KEY_LINE: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
+
+fn key_forms() -> &'static [String] {
+    KEY_LINE.get().map_or(&[], |k| k.as_slice())
+}
 
 /// The log sink: searches each event as it is written (one write per
 /// event), so gigabytes of trace need not be held.
@@ -59,7 +65,7 @@ impl Write for Search {
         let line = String::from_utf8_lossy(buf);
         BYTES.fetch_add(buf.len(), Ordering::Relaxed);
         if forms().iter().any(|f| line.contains(f.as_str()))
-            || KEY_LINE.get().is_some_and(|k| line.contains(k.as_str()))
+            || key_forms().iter().any(|k| line.contains(k.as_str()))
         {
             LEAKS.fetch_add(1, Ordering::Relaxed);
         }
@@ -123,7 +129,10 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
         let key = std::fs::read_to_string(key).unwrap();
         let key_line = key.lines().nth(1).unwrap().to_owned();
         assert!(key_line.len() >= 40, "a line of the key's base64 body");
-        KEY_LINE.set(key_line).unwrap();
+        let debug = format!("{:?}", key_line.as_bytes());
+        KEY_LINE
+            .set([key_line, debug.trim_matches(['[', ']']).to_owned()])
+            .unwrap();
         env.wait_available("quiet", 1).await;
         env.clusters()
             .patch(
@@ -201,6 +210,14 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
                 assert!(
                     !text.contains(form.as_str()),
                     "a password reached the {what}"
+                );
+            }
+        }
+        for key in key_forms() {
+            for (what, text) in &written {
+                assert!(
+                    !text.contains(key.as_str()),
+                    "a private key reached the {what}"
                 );
             }
         }

@@ -91,7 +91,7 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
         "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
     ).message(
         "spec.tls cannot be added, removed or changed yet: that takes a rolling restart of every member with both schemes, which the operator does not do yet. Rotate certificates by changing the Secrets' contents; to switch TLS, create a new cluster restored from a snapshot (spec.bootstrap.restore)"
-    ),
+    ).reason(Reason::FieldValueForbidden),
     validation = Rule::new(
         "!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || has(self.auth.rootCredentialsSecretRef)"
     ).message(

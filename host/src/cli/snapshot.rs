@@ -65,6 +65,15 @@ pub struct SaveArgs {
     pub user: Option<String>,
     #[arg(long = "password-from-env", env = PASSWORD_ENV, hide = true, hide_env_values = true)]
     pub password: Option<secrecy::SecretString>,
+    /// PEM CA the member's serving certificate is checked against (an
+    /// https endpoint).
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// PEM client certificate to present, with --key.
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
 }
 
 /// The environment variable the save Pod's etcd password is read from,
@@ -205,15 +214,31 @@ async fn save_to_file(args: &SaveArgs) -> Result<Report, Problem> {
     result
 }
 
+/// The TLS configuration from `--cacert`, `--cert` and `--key`.
+fn save_tls(args: &SaveArgs) -> Result<Option<etcd_client::TlsOptions>, String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
+    let Some(ca) = &args.cacert else {
+        return Ok(None);
+    };
+    let mut tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
+        tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(Some(tls))
+}
+
 async fn stream_to(args: &SaveArgs, part: &Path) -> Result<Report, Problem> {
+    let tls = save_tls(args)
+        .map_err(|message| Problem::retry(reason::SNAPSHOT_STREAM_FAILED, message))?;
     let etcd = EtcdClient::new(ClientConfig {
         deadline: Duration::from_secs(args.deadline_seconds),
+        tls,
         credentials: args
             .user
             .clone()
             .zip(args.password.clone())
             .map(|(user, password)| crate::etcd::Credentials { user, password }),
-        ..Default::default()
     });
     let stream = etcd.snapshot(&args.endpoint).await.map_err(|e| {
         Problem::retry(

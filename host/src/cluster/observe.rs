@@ -67,6 +67,8 @@ pub struct Observed {
     pub snapshots: Vec<super::recovery::VerifiedSnapshot>,
     /// What etcd's answers say about authentication ([`crate::auth`]).
     pub auth: crate::auth::AuthFacts,
+    /// Whether the TLS Secrets could be used ([`crate::tls`]).
+    pub tls: crate::tls::Prepared,
     pub now: jiff::Timestamp,
 }
 
@@ -278,14 +280,14 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     // The credentials go with the probe, so that a cluster with
     // authentication on is verified by the same calls as one without.
     crate::auth::prepare(cluster, ctx).await;
-    let no_certificate = crate::tls::prepare(cluster, ctx).await;
+    let tls = crate::tls::prepare(cluster, ctx).await;
     let probing = if targets.is_empty() {
         sdk::Probing::Skipped(if members.is_empty() {
             "the cluster has no members yet".into()
         } else {
             "every member is dormant (replicas 0)".into()
         })
-    } else if let Some(why) = no_certificate {
+    } else if let Some(why) = &tls.unusable {
         // Without the CA (or the client certificate the members require)
         // every call fails its handshake: what the status must say is why
         // the configuration is missing.
@@ -362,6 +364,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     };
     Observed {
         auth,
+        tls,
         defrags: ctx.defrags(cluster.as_ref()),
         cluster: cluster.clone(),
         members,

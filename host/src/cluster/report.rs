@@ -116,6 +116,18 @@ pub async fn events(written: &StatusWritten, ctx: &Context) {
             secondary: None,
         });
     }
+    if let Some(why) = &e.observed.tls.stale {
+        events.push(KubeEvent {
+            type_: KubeEventType::Warning,
+            reason: "TLSSecretInvalid".into(),
+            note: Some(crate::text::truncate(
+                &format!("{why}; calling etcd with the TLS configuration read before"),
+                conditions::MAX_MESSAGE_BYTES,
+            )),
+            action: "ReadSecret".into(),
+            secondary: None,
+        });
+    }
     if let Some(note) = &e.deprecation {
         events.push(KubeEvent {
             type_: KubeEventType::Warning,

@@ -35,7 +35,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
 /// round-trip with a quorum, and costs the server nothing else.
 const QUORUM_READ_KEY: &[u8] = b"/etcd-steward/quorum-probe";
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Upper bound for every RPC, from name resolution to the last byte.
     pub deadline: Duration,
@@ -46,6 +46,17 @@ pub struct ClientConfig {
     /// The etcd user every RPC authenticates as, once the cluster has
     /// authentication on. While it is off, the client works without.
     pub credentials: Option<Credentials>,
+}
+
+/// Not derived: tonic's TLS configuration prints its private key.
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("deadline", &self.deadline)
+            .field("tls", &self.tls.as_ref().map(|_| "<configured>"))
+            .field("credentials", &self.credentials)
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {
@@ -106,6 +117,8 @@ pub struct EtcdClient {
     /// TLS per cluster, by domain ([`EtcdApi::set_tls`]); `config.tls`
     /// elsewhere.
     scoped_tls: Mutex<HashMap<String, crate::tls::ClusterTls>>,
+    /// Per domain, how often its credentials or TLS changed.
+    epochs: Mutex<HashMap<String, u64>>,
 }
 
 struct Cached {
@@ -114,6 +127,9 @@ struct Cached {
     client: Client,
     /// Whether it authenticated: the endpoint's auth state as last seen.
     authenticated: bool,
+    /// The epoch of the endpoint's cluster when the dial began: a client
+    /// dialled with credentials or TLS replaced meanwhile is not reused.
+    epoch: u64,
 }
 
 impl EtcdClient {
@@ -123,7 +139,28 @@ impl EtcdClient {
             clients: Mutex::new(HashMap::new()),
             scoped: Mutex::new(HashMap::new()),
             scoped_tls: Mutex::new(HashMap::new()),
+            epochs: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn epoch(&self, endpoint: &str) -> u64 {
+        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        domain_of(endpoint)
+            .and_then(|d| epochs.get(d).copied())
+            .unwrap_or(0)
+    }
+
+    /// The cluster's credentials or TLS changed: its cached clients go,
+    /// and one being dialled with the old ones is not kept.
+    fn changed(&self, domain: &str) {
+        *self
+            .epochs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(domain.to_owned())
+            .or_default() += 1;
+        self.lock()
+            .retain(|endpoint, _| domain_of(endpoint) != Some(domain));
     }
 
     /// The credentials for `endpoint`: its cluster's, else the default.
@@ -150,6 +187,8 @@ impl EtcdClient {
     /// ask a member for its Status without quorum. It authenticates once an
     /// answer shows that auth is on ([`EtcdClient::reconnect`]).
     async fn client(&self, rpc: Rpc, endpoint: &str) -> Result<Client, RpcError> {
+        // Read before the configuration the endpoint is built from.
+        let epoch = self.epoch(endpoint);
         let ep = self.endpoint(endpoint).map_err(|message| {
             RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
         })?;
@@ -158,10 +197,11 @@ impl EtcdClient {
         })?;
         if let Some(cached) = self.lock().get(endpoint)
             && cached.addrs == addrs
+            && cached.epoch == epoch
         {
             return Ok(cached.client.clone());
         }
-        self.dial(rpc, endpoint, &ep, addrs, false).await
+        self.dial(rpc, endpoint, &ep, addrs, false, epoch).await
     }
 
     /// Replaces the endpoint's client by one that authenticates, or not.
@@ -171,13 +211,15 @@ impl EtcdClient {
         endpoint: &str,
         authenticate: bool,
     ) -> Result<Client, RpcError> {
+        let epoch = self.epoch(endpoint);
         let ep = self.endpoint(endpoint).map_err(|message| {
             RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Other, message)
         })?;
         let addrs = resolve(ep.uri()).await.map_err(|message| {
             RpcError::new(rpc, redact(endpoint), ProbeErrorKind::Dns, message)
         })?;
-        self.dial(rpc, endpoint, &ep, addrs, authenticate).await
+        self.dial(rpc, endpoint, &ep, addrs, authenticate, epoch)
+            .await
     }
 
     async fn dial(
@@ -187,6 +229,7 @@ impl EtcdClient {
         ep: &Endpoint,
         addrs: Vec<SocketAddr>,
         authenticate: bool,
+        epoch: u64,
     ) -> Result<Client, RpcError> {
         let (client, authenticated) = self
             .connect(endpoint, ep, self.config.deadline, authenticate)
@@ -198,6 +241,7 @@ impl EtcdClient {
                 addrs,
                 client: client.clone(),
                 authenticated,
+                epoch,
             },
         );
         Ok(client)
@@ -291,7 +335,7 @@ impl EtcdClient {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(domain_of(endpoint).unwrap_or_default())
-                .map(|t| t.options.clone());
+                .map(|t| t.options().clone());
             let tls = scoped
                 .or_else(|| self.config.tls.clone())
                 .unwrap_or_default();
@@ -341,7 +385,10 @@ impl EtcdClient {
                 format!("no answer within {deadline:?}"),
             )),
         };
-        if matches!(&result, Err(e) if e.kind == ProbeErrorKind::Timeout) {
+        // A failed handshake is dialled afresh too: the other side may
+        // have a new certificate by the next call.
+        if matches!(&result, Err(e) if matches!(e.kind, ProbeErrorKind::Timeout | ProbeErrorKind::Tls))
+        {
             self.forget(endpoint);
         }
         result
@@ -570,8 +617,7 @@ impl EtcdApi for EtcdClient {
             None => scoped.remove(domain),
         };
         drop(scoped);
-        self.lock()
-            .retain(|endpoint, _| domain_of(endpoint) != Some(domain));
+        self.changed(domain);
     }
 
     fn authenticated(&self, endpoint: &str) -> Option<bool> {
@@ -593,8 +639,7 @@ impl EtcdApi for EtcdClient {
             None => scoped.remove(domain),
         };
         drop(scoped);
-        self.lock()
-            .retain(|endpoint, _| domain_of(endpoint) != Some(domain));
+        self.changed(domain);
     }
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {

@@ -129,7 +129,16 @@ pub fn add_init_containers(
                 "--initial-advertise-peer-urls={}",
                 own_peer_url(&member.spec.initial_cluster, &name)
                     .map(str::to_owned)
-                    .unwrap_or_else(|| member_peer_url("http", &name, &member.spec.cluster, &ns))
+                    .unwrap_or_else(|| {
+                        // Not listed (never so for a member the operator
+                        // made): the scheme its peers use.
+                        let scheme = if member.spec.initial_cluster.contains("https://") {
+                            "https"
+                        } else {
+                            "http"
+                        };
+                        member_peer_url(scheme, &name, &member.spec.cluster, &ns)
+                    })
             ),
         ]),
         volume_mounts: mounts.clone(),

@@ -72,9 +72,8 @@ pub struct Source {
     pub uri: String,
     /// The store, for an S3 destination (a PVC is written by a Pod).
     pub destination: Option<Destination>,
-    /// The cluster's root credentials Secret (`spec.auth`), which a save
-    /// Pod authenticates with.
-    pub root_secret: Option<String>,
+    /// The Secrets a save Pod calls etcd with (`spec.auth`, `spec.tls`).
+    pub access: pod::EtcdAccess,
 }
 
 /// What one reconcile found.
@@ -417,7 +416,7 @@ async fn save_to_claim(
             &snap,
             location,
             &source.endpoint,
-            source.root_secret.as_deref(),
+            &source.access,
             &ctx.config.operator_image,
         );
         if let Err(e) = create_pod(&snap, pod, &ctx).await {
@@ -831,12 +830,7 @@ async fn find_source(snap: &EtcdSnapshot, ctx: &Context) -> Result<Source, Probl
         version,
         uri,
         destination,
-        root_secret: cluster
-            .spec
-            .auth
-            .as_ref()
-            .and_then(|a| a.root_credentials_secret_ref.as_ref())
-            .map(|r| r.name.clone()),
+        access: pod::EtcdAccess::of(&cluster),
     })
 }
 

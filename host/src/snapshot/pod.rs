@@ -27,8 +27,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod,
-    PodSpec, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, ProjectedVolumeSource, SecretKeySelector,
+    SecretProjection, SecurityContext, Volume, VolumeMount, VolumeProjection,
 };
 use kube::Resource;
 use kube::api::ObjectMeta;
@@ -225,14 +226,50 @@ pub fn reporting(mut c: Container) -> Container {
     c
 }
 
+/// What a Pod needs to call a cluster's etcd as the operator does: the
+/// root Secret (`spec.auth`), and the TLS Secrets (`spec.tls.client`).
+/// Secrets by name only: the Pod spec never holds a value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdAccess {
+    pub root_secret: Option<String>,
+    /// `serverSecretRef`: its `ca.crt` only.
+    pub server_tls_secret: Option<String>,
+    /// `operatorClientSecretRef`: its `tls.crt` and `tls.key`.
+    pub operator_tls_secret: Option<String>,
+}
+
+impl EtcdAccess {
+    pub fn of(cluster: &crate::api::EtcdCluster) -> Self {
+        let client = cluster.spec.tls.as_ref().and_then(|t| t.client.as_ref());
+        EtcdAccess {
+            root_secret: cluster
+                .spec
+                .auth
+                .as_ref()
+                .and_then(|a| a.root_credentials_secret_ref.as_ref())
+                .map(|r| r.name.clone()),
+            server_tls_secret: client
+                .and_then(|c| c.server_secret_ref.as_ref())
+                .map(|r| r.name.clone()),
+            operator_tls_secret: client
+                .and_then(|c| c.operator_client_secret_ref.as_ref())
+                .map(|r| r.name.clone()),
+        }
+    }
+}
+
+/// Where a save Pod finds the CA and client certificate.
+const TLS_MOUNT: &str = "/etc/etcd-steward/tls";
+
 /// The Pod that streams the snapshot from `endpoint` onto the claim.
 pub fn save_pod(
     snap: &EtcdSnapshot,
     location: &PvcLocation,
     endpoint: &str,
-    root_secret: Option<&str>,
+    access: &EtcdAccess,
     operator_image: &str,
 ) -> Pod {
+    use crate::resources::{TLS_CA, TLS_CERT, TLS_KEY};
     let name = snap.meta().name.clone().unwrap_or_default();
     let file = destination_file(location, &name);
     let mut args = vec![
@@ -244,7 +281,7 @@ pub fn save_pod(
     ];
     // The password by reference: the Pod spec names the Secret, never
     // holds the value.
-    let env = root_secret.map(|secret| {
+    let env = access.root_secret.as_ref().map(|secret| {
         args.push(format!("--user={}", crate::auth::ROOT));
         vec![EnvVar {
             name: crate::cli::snapshot::PASSWORD_ENV.to_owned(),
@@ -259,6 +296,46 @@ pub fn save_pod(
             ..Default::default()
         }]
     });
+    let mut volumes = vec![claim_volume(location, false)];
+    let mut mounts = vec![mount("backup", BACKUP_MOUNT, false)];
+    if let Some(server) = &access.server_tls_secret {
+        let item = |k: &str| KeyToPath {
+            key: k.to_owned(),
+            path: k.to_owned(),
+            ..Default::default()
+        };
+        let mut sources = vec![VolumeProjection {
+            secret: Some(SecretProjection {
+                name: server.clone(),
+                items: Some(vec![item(TLS_CA)]),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }];
+        args.push(format!("--cacert={TLS_MOUNT}/{TLS_CA}"));
+        if let Some(operator) = &access.operator_tls_secret {
+            sources.push(VolumeProjection {
+                secret: Some(SecretProjection {
+                    name: operator.clone(),
+                    items: Some(vec![item(TLS_CERT), item(TLS_KEY)]),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            });
+            args.push(format!("--cert={TLS_MOUNT}/{TLS_CERT}"));
+            args.push(format!("--key={TLS_MOUNT}/{TLS_KEY}"));
+        }
+        volumes.push(Volume {
+            name: "etcd-tls".to_owned(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(sources),
+                default_mode: Some(0o400),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(mount("etcd-tls", TLS_MOUNT, true));
+    }
     Pod {
         metadata: metadata(snap, save_pod_name(&name)),
         spec: Some(PodSpec {
@@ -268,11 +345,11 @@ pub fn save_pod(
                 image: Some(operator_image.to_owned()),
                 args: Some(args),
                 env,
-                volume_mounts: Some(vec![mount("backup", BACKUP_MOUNT, false)]),
+                volume_mounts: Some(mounts),
                 security_context: Some(as_root()),
                 ..Default::default()
             })],
-            volumes: Some(vec![claim_volume(location, false)]),
+            volumes: Some(volumes),
             ..Default::default()
         }),
         ..Default::default()
@@ -713,6 +790,62 @@ mod tests {
     }
 
     #[test]
+    fn a_save_pod_of_a_tls_and_auth_cluster_gets_the_secrets_by_reference() {
+        let s = snap();
+        let loc = s.spec.destination.pvc.clone().unwrap();
+        let access = EtcdAccess {
+            root_secret: Some("root".into()),
+            server_tls_secret: Some("srv".into()),
+            operator_tls_secret: Some("op".into()),
+        };
+        let pod = save_pod(&s, &loc, "https://m.c.ns.svc:2379", &access, "steward:1");
+        let spec = pod.spec.unwrap();
+        let c = &spec.containers[0];
+        let args = c.args.clone().unwrap();
+        for want in [
+            "--user=root",
+            "--cacert=/etc/etcd-steward/tls/ca.crt",
+            "--cert=/etc/etcd-steward/tls/tls.crt",
+            "--key=/etc/etcd-steward/tls/tls.key",
+        ] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+        let env = c.env.clone().unwrap();
+        assert!(env[0].value.is_none(), "the password by reference only");
+        let tls = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "etcd-tls")
+            .unwrap()
+            .projected
+            .unwrap();
+        let secrets: Vec<(String, Vec<String>)> = tls
+            .sources
+            .unwrap()
+            .into_iter()
+            .map(|p| {
+                let s = p.secret.unwrap();
+                (
+                    s.name,
+                    s.items.unwrap().into_iter().map(|i| i.key).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            secrets,
+            vec![
+                ("srv".to_owned(), vec!["ca.crt".to_owned()]),
+                (
+                    "op".to_owned(),
+                    vec!["tls.crt".to_owned(), "tls.key".to_owned()]
+                ),
+            ],
+            "of the serving Secret, only the CA"
+        );
+    }
+
+    #[test]
     fn the_save_pod_writes_under_the_sub_path_and_is_owned_by_its_snapshot() {
         let s = snap();
         let loc = s.spec.destination.pvc.clone().unwrap();
@@ -720,7 +853,7 @@ mod tests {
             &s,
             &loc,
             "http://main-0.main.prod.svc:2379",
-            None,
+            &EtcdAccess::default(),
             "steward:1",
         );
         assert_eq!(pod.metadata.name.as_deref(), Some("nightly-save"));
@@ -759,7 +892,13 @@ mod tests {
     fn a_failed_pod_reports_its_reason_or_its_last_log_line() {
         let s = snap();
         let loc = s.spec.destination.pvc.clone().unwrap();
-        let mut pod = save_pod(&s, &loc, "http://x:2379", None, "steward:1");
+        let mut pod = save_pod(
+            &s,
+            &loc,
+            "http://x:2379",
+            &EtcdAccess::default(),
+            "steward:1",
+        );
         let report = serde_json::to_string(&Report::Failed {
             reason: reason::VOLUME_FULL.into(),
             message: "no space left on device".into(),
@@ -771,7 +910,13 @@ mod tests {
         };
         assert_eq!(p.reason, reason::VOLUME_FULL);
 
-        let mut pod = save_pod(&s, &loc, "http://x:2379", None, "steward:1");
+        let mut pod = save_pod(
+            &s,
+            &loc,
+            "http://x:2379",
+            &EtcdAccess::default(),
+            "steward:1",
+        );
         exited(
             &mut pod,
             "Failed",
@@ -803,7 +948,13 @@ mod tests {
     fn a_report_names_no_reason_it_does_not_know() {
         let s = snap();
         let loc = s.spec.destination.pvc.clone().unwrap();
-        let mut pod = save_pod(&s, &loc, "http://x:2379", None, "steward:1");
+        let mut pod = save_pod(
+            &s,
+            &loc,
+            "http://x:2379",
+            &EtcdAccess::default(),
+            "steward:1",
+        );
         let report = r#"{"failed":{"reason":"Anything <script>","message":"m"}}"#;
         exited(&mut pod, "Failed", false, "save", 1, report);
         let Outcome::Failed { problem: p, .. } = outcome(&pod) else {
