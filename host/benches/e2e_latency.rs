@@ -33,6 +33,39 @@ fn stats(name: &str, mut xs: Vec<Duration>) {
     );
 }
 
+/// [`ROUNDS`] of the seed incident on `cluster` (3 members): the time
+/// from the stop to the first status with `Available=False`, and how long
+/// the graceful stop itself took; the node comes back after each.
+async fn incident_rounds(env: &Env, cluster: &str) -> (Vec<Duration>, Vec<Duration>) {
+    let mut incident = Vec::new();
+    let mut stop_took = Vec::new();
+    for _ in 0..ROUNDS {
+        let watch = env.watch(cluster).await;
+        // stop_node returns once every etcd has exited, which takes
+        // seconds of graceful shutdown; the outage begins with the stop,
+        // so the watch runs alongside it and the clock starts before both.
+        let t0 = Instant::now();
+        let detected = async {
+            watch
+                .until("Available=False", |c| {
+                    condition(c, "Available") == Some("False")
+                })
+                .await;
+            t0.elapsed()
+        };
+        let stopped = async {
+            env.plane.kubelet().stop_node().await;
+            t0.elapsed()
+        };
+        let (detected, stopped) = tokio::join!(detected, stopped);
+        incident.push(detected);
+        stop_took.push(stopped);
+        env.plane.kubelet().start_node();
+        env.wait_available(cluster, 3).await;
+    }
+    (incident, stop_took)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("e2e_latency: bench");
@@ -45,23 +78,7 @@ fn main() {
         // depend on TLS.
         env.create_tls_cluster("tls", 3).await;
         env.wait_available("tls", 3).await;
-        let mut tls_incident = Vec::new();
-        for _ in 0..ROUNDS {
-            let watch = env.watch("tls").await;
-            let t0 = Instant::now();
-            let detected = async {
-                watch
-                    .until("Available=False", |c| {
-                        condition(c, "Available") == Some("False")
-                    })
-                    .await;
-                t0.elapsed()
-            };
-            let (detected, ()) = tokio::join!(detected, env.plane.kubelet().stop_node());
-            tls_incident.push(detected);
-            env.plane.kubelet().start_node();
-            env.wait_available("tls", 3).await;
-        }
+        let (tls_incident, _) = incident_rounds(&env, "tls").await;
 
         env.clusters()
             .delete("tls", &Default::default())
@@ -76,32 +93,7 @@ fn main() {
         env.create_cluster("bench", 3).await;
         env.wait_available("bench", 3).await;
 
-        let mut incident = Vec::new();
-        let mut stop_took = Vec::new();
-        for _ in 0..ROUNDS {
-            let watch = env.watch("bench").await;
-            // stop_node returns once every etcd has exited, which takes
-            // seconds of graceful shutdown; the outage begins with the stop,
-            // so the watch runs alongside it and the clock starts before both.
-            let t0 = Instant::now();
-            let detected = async {
-                watch
-                    .until("Available=False", |c| {
-                        condition(c, "Available") == Some("False")
-                    })
-                    .await;
-                t0.elapsed()
-            };
-            let stopped = async {
-                env.plane.kubelet().stop_node().await;
-                t0.elapsed()
-            };
-            let (detected, stopped) = tokio::join!(detected, stopped);
-            incident.push(detected);
-            stop_took.push(stopped);
-            env.plane.kubelet().start_node();
-            env.wait_available("bench", 3).await;
-        }
+        let (incident, stop_took) = incident_rounds(&env, "bench").await;
 
         let mut frozen = Vec::new();
         for _ in 0..ROUNDS {

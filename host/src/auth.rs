@@ -386,19 +386,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::ByteString;
-
-    fn secret(pairs: &[(&str, &str)]) -> Secret {
-        Secret {
-            data: Some(
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
+    use crate::resources::fixtures::secret;
 
     #[test]
     fn a_basic_auth_secret_gives_root_and_its_password() {

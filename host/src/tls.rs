@@ -250,19 +250,7 @@ pub fn from_secrets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::ByteString;
-
-    fn secret(pairs: &[(&str, &str)]) -> Secret {
-        Secret {
-            data: Some(
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
+    use crate::resources::fixtures::secret;
 
     const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nsecretkeybytes\n-----END PRIVATE KEY-----\n";

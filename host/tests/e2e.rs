@@ -2638,23 +2638,49 @@ async fn etcdctl_as(
     (out.status.success(), text)
 }
 
-async fn set_root_secret(env: &Env, name: &str, password: &str) {
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name, "namespace": NS},
-        "type": "kubernetes.io/basic-auth",
-        "stringData": {"username": "root", "password": password},
-    });
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(env.client.clone(), NS);
-    secrets
-        .patch(
-            name,
-            &kube::api::PatchParams::apply("e2e").force(),
-            &kube::api::Patch::Apply(&secret),
-        )
-        .await
+/// Takes an EtcdSnapshot of `cluster` to a new claim `<cluster>-backups`
+/// and waits until it is Complete; a Failed one fails the test.
+async fn snapshot_to_pvc(env: &Env, cluster: &str) {
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{cluster}-backups")},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))
         .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        env.client.clone(),
+        NS,
+    )
+    .create(&Default::default(), &claim)
+    .await
+    .unwrap();
+    let name = format!("{cluster}-snap");
+    let snap: etcd_steward::api::EtcdSnapshot = serde_json::from_value(serde_json::json!({
+        "apiVersion": "etcd.steward.dev/v1alpha1",
+        "kind": "EtcdSnapshot",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"clusterRef": {"name": cluster},
+                 "destination": {"pvc": {"claimName": format!("{cluster}-backups"), "subPath": cluster}}},
+    }))
+    .unwrap();
+    let snapshots: kube::Api<etcd_steward::api::EtcdSnapshot> =
+        kube::Api::namespaced(env.client.clone(), NS);
+    snapshots.create(&Default::default(), &snap).await.unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let s = snapshots.get(&name).await.unwrap();
+        let phase = s.status.as_ref().and_then(|s| s.phase);
+        if phase.is_some_and(|p| format!("{p:?}") == "Complete") {
+            return;
+        }
+        assert!(
+            phase.is_none_or(|p| format!("{p:?}") != "Failed") && start.elapsed() < EVENTUALLY,
+            "the snapshot of {cluster} to a PVC: {:#?}",
+            s.status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// spec.auth end to end, on real etcd: a failed AuthEnable still writes
@@ -2673,7 +2699,7 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
     let _g = serial();
     run(async {
         let env = Env::start().await;
-        set_root_secret(&env, "auth-root", FIRST).await;
+        env.set_root_secret("auth-root", FIRST).await;
         env.faults
             .inject(Fault::fail(Rpc::AuthEnable, ProbeErrorKind::Other));
         let cluster: etcd_steward::api::EtcdCluster = serde_json::from_value(serde_json::json!({
@@ -2726,45 +2752,7 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
 
         // A snapshot to a PVC: its save Pod authenticates with the
         // Secret's password, which it gets by reference.
-        let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "auth-backups"},
-                "spec": {"accessModes": ["ReadWriteOnce"],
-                         "resources": {"requests": {"storage": "1Gi"}}},
-            }))
-            .unwrap();
-        kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-            env.client.clone(),
-            NS,
-        )
-        .create(&Default::default(), &claim)
-        .await
-        .unwrap();
-        let snap: etcd_steward::api::EtcdSnapshot = serde_json::from_value(serde_json::json!({
-            "apiVersion": "etcd.steward.dev/v1alpha1",
-            "kind": "EtcdSnapshot",
-            "metadata": {"name": "auth-snap", "namespace": NS},
-            "spec": {"clusterRef": {"name": "auth"},
-                     "destination": {"pvc": {"claimName": "auth-backups", "subPath": "auth"}}},
-        }))
-        .unwrap();
-        let snapshots: kube::Api<etcd_steward::api::EtcdSnapshot> =
-            kube::Api::namespaced(env.client.clone(), NS);
-        snapshots.create(&Default::default(), &snap).await.unwrap();
-        let start = std::time::Instant::now();
-        loop {
-            let s = snapshots.get("auth-snap").await.unwrap();
-            let phase = s.status.as_ref().and_then(|s| s.phase);
-            if phase.is_some_and(|p| format!("{p:?}") == "Complete") {
-                break;
-            }
-            assert!(
-                phase.is_none_or(|p| format!("{p:?}") != "Failed") && start.elapsed() < EVENTUALLY,
-                "the snapshot of an auth cluster to a PVC: {:#?}",
-                s.status
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
+        snapshot_to_pvc(&env, "auth").await;
 
         // Someone changes root's password in etcd: every RPC is refused, and
         // the status says so rather than that the cluster is unreachable.
@@ -2815,14 +2803,14 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
         assert!(ok && out.trim() == "v", "the data is kept: {out}");
 
         // The Secret gets the password etcd has: verified again.
-        set_root_secret(&env, "auth-root", BEHIND).await;
+        env.set_root_secret("auth-root", BEHIND).await;
         env.wait_for("auth", "Available with the mended Secret", |c| {
             condition(c, "Available") == Some("True") && ready_members(c) == 3
         })
         .await;
 
         // A new password in the Secret is set in etcd.
-        set_root_secret(&env, "auth-root", ROTATED).await;
+        env.set_root_secret("auth-root", ROTATED).await;
         let rotated = format!("root:{ROTATED}");
         let start = std::time::Instant::now();
         loop {
@@ -2988,45 +2976,7 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
 
         // A snapshot to a PVC: its save Pod gets the serving Secret's CA and
         // the operator's certificate by reference, and streams over https.
-        let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "tls-backups"},
-                "spec": {"accessModes": ["ReadWriteOnce"],
-                         "resources": {"requests": {"storage": "1Gi"}}},
-            }))
-            .unwrap();
-        kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-            env.client.clone(),
-            NS,
-        )
-        .create(&Default::default(), &claim)
-        .await
-        .unwrap();
-        let snap: etcd_steward::api::EtcdSnapshot = serde_json::from_value(serde_json::json!({
-            "apiVersion": "etcd.steward.dev/v1alpha1",
-            "kind": "EtcdSnapshot",
-            "metadata": {"name": "tls-snap", "namespace": NS},
-            "spec": {"clusterRef": {"name": "tls"},
-                     "destination": {"pvc": {"claimName": "tls-backups", "subPath": "tls"}}},
-        }))
-        .unwrap();
-        let snapshots: kube::Api<etcd_steward::api::EtcdSnapshot> =
-            kube::Api::namespaced(env.client.clone(), NS);
-        snapshots.create(&Default::default(), &snap).await.unwrap();
-        let start = std::time::Instant::now();
-        loop {
-            let s = snapshots.get("tls-snap").await.unwrap();
-            let phase = s.status.as_ref().and_then(|s| s.phase);
-            if phase.is_some_and(|p| format!("{p:?}") == "Complete") {
-                break;
-            }
-            assert!(
-                phase.is_none_or(|p| format!("{p:?}") != "Failed") && start.elapsed() < EVENTUALLY,
-                "the snapshot of a TLS cluster to a PVC: {:#?}",
-                s.status
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
+        snapshot_to_pvc(&env, "tls").await;
 
         // The operator's certificate from another CA: every member refuses
         // it. The status names TLS, and nothing is done to the membership;

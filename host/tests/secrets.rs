@@ -81,25 +81,6 @@ impl Write for Search {
     }
 }
 
-async fn set_root_secret(env: &Env, password: &str) {
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "quiet-root", "namespace": NS},
-        "type": "kubernetes.io/basic-auth",
-        "stringData": {"username": "root", "password": password},
-    });
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(env.client.clone(), NS);
-    secrets
-        .patch(
-            "quiet-root",
-            &kube::api::PatchParams::apply("e2e").force(),
-            &kube::api::Patch::Apply(&secret),
-        )
-        .await
-        .unwrap();
-}
-
 /// Every object of `kind` in the test namespace, as JSON text.
 async fn dump<K>(env: &Env) -> String
 where
@@ -122,7 +103,7 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
         .init();
     run(async {
         let env = Env::start().await;
-        set_root_secret(&env, FIRST).await;
+        env.set_root_secret("quiet-root", FIRST).await;
         // TLS with client certificates, then auth on top: the password
         // goes over TLS, and the private keys are secret material too.
         let (_, _, key) = env.create_tls_cluster("quiet", 1).await;
@@ -150,7 +131,7 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
                     .is_some_and(|s| s.auth_enabled == Some(true))
         })
         .await;
-        set_root_secret(&env, SECOND).await;
+        env.set_root_secret("quiet-root", SECOND).await;
         let events: kube::Api<k8s_openapi::api::events::v1::Event> =
             kube::Api::namespaced(env.client.clone(), NS);
         let start = std::time::Instant::now();

@@ -150,6 +150,32 @@ impl EtcdClient {
             .unwrap_or(0)
     }
 
+    /// Sets `domain`'s entry of a per-cluster map (credentials, TLS); a
+    /// change, and only a change, ends the cluster's connections.
+    fn replace_scoped<T>(
+        &self,
+        map: &Mutex<HashMap<String, T>>,
+        domain: &str,
+        value: Option<T>,
+        same: impl Fn(&T, &T) -> bool,
+    ) {
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        let unchanged = match (map.get(domain), &value) {
+            (None, None) => true,
+            (Some(a), Some(b)) => same(a, b),
+            _ => false,
+        };
+        if unchanged {
+            return;
+        }
+        match value {
+            Some(v) => map.insert(domain.to_owned(), v),
+            None => map.remove(domain),
+        };
+        drop(map);
+        self.changed(domain);
+    }
+
     /// The cluster's credentials or TLS changed: its cached clients go,
     /// and one being dialled with the old ones is not kept.
     fn changed(&self, domain: &str) {
@@ -603,21 +629,7 @@ impl EtcdApi for EtcdClient {
     }
 
     fn set_credentials(&self, domain: &str, credentials: Option<Credentials>) {
-        let mut scoped = self.scoped.lock().unwrap_or_else(|p| p.into_inner());
-        let same = match (scoped.get(domain), &credentials) {
-            (None, None) => true,
-            (Some(a), Some(b)) => a.same_as(b),
-            _ => false,
-        };
-        if same {
-            return;
-        }
-        match credentials {
-            Some(c) => scoped.insert(domain.to_owned(), c),
-            None => scoped.remove(domain),
-        };
-        drop(scoped);
-        self.changed(domain);
+        self.replace_scoped(&self.scoped, domain, credentials, Credentials::same_as);
     }
 
     fn authenticated(&self, endpoint: &str) -> Option<bool> {
@@ -625,21 +637,9 @@ impl EtcdApi for EtcdClient {
     }
 
     fn set_tls(&self, domain: &str, tls: Option<crate::tls::ClusterTls>) {
-        let mut scoped = self.scoped_tls.lock().unwrap_or_else(|p| p.into_inner());
-        let same = match (scoped.get(domain), &tls) {
-            (None, None) => true,
-            (Some(a), Some(b)) => a.fingerprint == b.fingerprint,
-            _ => false,
-        };
-        if same {
-            return;
-        }
-        match tls {
-            Some(t) => scoped.insert(domain.to_owned(), t),
-            None => scoped.remove(domain),
-        };
-        drop(scoped);
-        self.changed(domain);
+        self.replace_scoped(&self.scoped_tls, domain, tls, |a, b| {
+            a.fingerprint == b.fingerprint
+        });
     }
 
     async fn status(&self, endpoint: &str) -> Result<StatusInfo, RpcError> {

@@ -163,6 +163,24 @@ pub(crate) mod fixtures {
 
     use crate::api::*;
 
+    /// A Secret with these `data` keys and values.
+    pub fn secret(pairs: &[(&str, &str)]) -> k8s_openapi::api::core::v1::Secret {
+        k8s_openapi::api::core::v1::Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.to_string(),
+                            k8s_openapi::ByteString(v.as_bytes().to_vec()),
+                        )
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
     pub fn cluster(spec: EtcdClusterSpec) -> EtcdCluster {
         let mut c = EtcdCluster::new("main", spec);
         c.metadata = ObjectMeta {

@@ -243,6 +243,25 @@ impl Env {
             .expect("creating the EtcdCluster")
     }
 
+    /// Creates or replaces the `kubernetes.io/basic-auth` Secret `name`
+    /// with etcd's root user and `password`.
+    pub async fn set_root_secret(&self, name: &str, password: &str) {
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": NS},
+            "type": "kubernetes.io/basic-auth",
+            "stringData": {"username": "root", "password": password},
+        });
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), NS)
+            .patch(
+                name,
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .expect("applying the root Secret");
+    }
+
     /// A cluster of `replicas` members with client and peer TLS from
     /// Secrets made by a CA of its own: the members' serving certificate
     /// (`*.<name>.<ns>.svc` and the client Service's names), their peer
