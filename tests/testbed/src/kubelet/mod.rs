@@ -78,6 +78,10 @@ pub struct KubeletConfig {
     /// cap. (The real kubelet uses 10 s doubling to 5 min.)
     pub image_pull_backoff: Duration,
     pub max_image_pull_backoff: Duration,
+    /// How often a running Pod's projected volumes (Secrets, ConfigMaps,
+    /// tokens) are filled again from the API. (The real kubelet syncs every
+    /// minute, plus jitter, from a watch-fed cache.)
+    pub volume_sync_period: Duration,
 }
 
 impl KubeletConfig {
@@ -95,6 +99,7 @@ impl KubeletConfig {
             registries: Vec::new(),
             image_pull_backoff: Duration::from_secs(2),
             max_image_pull_backoff: Duration::from_secs(60),
+            volume_sync_period: Duration::from_secs(5),
         })
     }
 }

@@ -75,6 +75,7 @@ enum Wake {
     Exit(std::io::Result<ExitStatus>),
     Cmd(Option<Command>),
     Prepare,
+    SyncVolumes,
     Readiness,
     Liveness,
     Restart,
@@ -194,6 +195,10 @@ pub(crate) struct Worker {
     init_done: usize,
     /// The volumes are set up (once per Pod, as a kubelet mounts them).
     volumes_ready: bool,
+    /// Each projected volume's directory and tokens, by volume name.
+    projected: BTreeMap<String, (PathBuf, super::projected::Tokens)>,
+    /// When to fill the projected volumes again.
+    sync_at: Option<Instant>,
     /// The volumes are ready and the env's Secrets and ConfigMaps read.
     prepared: bool,
     sources: EnvSources,
@@ -289,6 +294,8 @@ impl Worker {
             inits,
             init_done: 0,
             volumes_ready: false,
+            projected: BTreeMap::new(),
+            sync_at: None,
             prepared: false,
             sources: EnvSources::default(),
             prepare_at: Some(Instant::now()),
@@ -357,6 +364,9 @@ impl Worker {
             let readiness_at = self.readiness.as_ref().filter(|_| probing).map(|p| p.next);
             let liveness_at = self.liveness.as_ref().filter(|_| probing).map(|p| p.next);
             let prepare_at = self.prepare_at.filter(|_| !self.deleting);
+            let sync_at = self
+                .sync_at
+                .filter(|_| !self.deleting && !self.projected.is_empty());
             let kill_at = self.kill_at.filter(|_| self.child.is_some());
             let pull_wait_at = self.pull_wait.as_ref().map(|(at, _)| *at);
             let wake = {
@@ -368,6 +378,7 @@ impl Worker {
                     _ = sleep_opt(pull_wait_at) => Wake::PullWait,
                     c = rx.recv() => Wake::Cmd(c),
                     _ = sleep_opt(prepare_at) => Wake::Prepare,
+                    _ = sleep_opt(sync_at) => Wake::SyncVolumes,
                     _ = sleep_opt(readiness_at) => Wake::Readiness,
                     _ = sleep_opt(liveness_at) => Wake::Liveness,
                     _ = sleep_opt(self.restart_at) => Wake::Restart,
@@ -384,6 +395,10 @@ impl Worker {
                         .await
                 }
                 Wake::Prepare => self.prepare().await,
+                Wake::SyncVolumes => {
+                    self.sync_projected().await;
+                    self.sync_at = Some(Instant::now() + self.node.config.volume_sync_period);
+                }
                 Wake::Readiness => self.probe(ProbeKind::Readiness).await,
                 Wake::Liveness => self.probe(ProbeKind::Liveness).await,
                 Wake::Restart => {
@@ -460,6 +475,7 @@ impl Worker {
                 };
             }
             self.volumes_ready = true;
+            self.sync_at = Some(Instant::now() + self.node.config.volume_sync_period);
         }
         self.sources = self.env_sources().await;
         self.prepared = true;

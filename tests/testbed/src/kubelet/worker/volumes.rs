@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{Container, PersistentVolume, PersistentVolumeClaim};
 use kube::api::Api;
 
+use super::super::projected::{Tokens, populate};
 use super::Worker;
 
 pub(super) enum VolumeError {
@@ -40,8 +41,9 @@ pub(super) fn mounts_for(
 
 impl Worker {
     /// The directory of each volume the Pod's containers (init and regular)
-    /// mount, by volume name; each is set up once.
-    pub(super) async fn volumes(&self) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    /// mount, by volume name; each is set up once. Projected volumes are
+    /// remembered for [`Worker::sync_projected`].
+    pub(super) async fn volumes(&mut self) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
         let spec = self.pod.spec.as_ref();
         let mut dirs = BTreeMap::new();
         let mounts = self
@@ -92,13 +94,17 @@ impl Worker {
                 dir
             } else if let Some(projected) = &volume.projected {
                 let dir = self.dir.join("volumes").join(&volume.name);
-                super::super::projected::populate(
+                let (_, tokens) = self
+                    .projected
+                    .entry(volume.name.clone())
+                    .or_insert_with(|| (dir.clone(), Tokens::default()));
+                populate(
                     &self.node.client,
                     &self.pod,
                     projected,
                     &dir,
-                    self.ip,
-                    self.node.host_ip,
+                    (self.ip, self.node.host_ip),
+                    tokens,
                 )
                 .await
                 .map_err(VolumeError::NotYet)?;
@@ -112,6 +118,42 @@ impl Worker {
             dirs.insert(vm.name.clone(), dir);
         }
         Ok(dirs)
+    }
+
+    /// Fills every projected volume again from the API, as a kubelet's
+    /// periodic sync does: a Secret or ConfigMap that changed reaches the
+    /// running container through an atomic swap of the files. A source that
+    /// cannot be read now leaves the files as they are.
+    pub(super) async fn sync_projected(&mut self) {
+        let volumes = self.pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for (name, (dir, tokens)) in &mut self.projected {
+            let Some(projected) = volumes
+                .and_then(|vs| vs.iter().find(|v| &v.name == name))
+                .and_then(|v| v.projected.as_ref())
+            else {
+                continue;
+            };
+            let synced = populate(
+                &self.node.client,
+                &self.pod,
+                projected,
+                dir,
+                (self.ip, self.node.host_ip),
+                tokens,
+            )
+            .await;
+            match synced {
+                Ok(true) => {
+                    tracing::info!("pod {}/{}: volume {name:?} updated", self.ns, self.name)
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    "pod {}/{}: volume {name:?} not synced: {e}; the files stay as they were",
+                    self.ns,
+                    self.name
+                ),
+            }
+        }
     }
 
     /// The directory of the volume bound to `claim`: the provisioner made a
