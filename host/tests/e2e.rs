@@ -2886,7 +2886,7 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
     let _g = serial();
     run(async {
         let env = Env::start().await;
-        let (ca, cert, key) = env.create_tls_cluster("tls", 3).await;
+        let TlsCluster { ca, cert, key, .. } = env.create_tls_cluster("tls", 3).await;
         let c = env.wait_available("tls", 3).await;
         env.assert_read_healthy(&c);
 
@@ -3087,6 +3087,232 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
             })
         })
         .await;
+        env.shutdown().await;
+    });
+}
+
+/// Certificates are renewed in place: new serving, peer and operator
+/// certificates from the same CA go into the Secrets while an application
+/// writes through the client Service, every member serves them without a
+/// restart, and no write fails. Then the serving certificate is broken in
+/// each way a person can break it (expired, from another CA, for other
+/// names): each turns Available False with a message that says which, and
+/// a Warning Event, while the members and the data stay.
+#[test]
+fn tls_certificates_are_renewed_in_place_under_writes_and_broken_ones_are_named() {
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let tls = env.create_tls_cluster("rot", 3).await;
+        env.wait_available("rot", 3).await;
+        wait_served(
+            &env,
+            "rot",
+            2379,
+            &tls.certs.server.cert_der,
+            "the first serving certificate",
+        )
+        .await;
+        wait_served(
+            &env,
+            "rot",
+            2380,
+            &tls.certs.peer.cert_der,
+            "the first peer certificate",
+        )
+        .await;
+        let lives = pod_lives(&env, "rot").await;
+        let members = env.member_names("rot").await;
+
+        // The application: one etcdctl per write, so every write makes a
+        // new handshake through the Service, with whichever member it gets.
+        let service = format!("https://rot-client.{NS}.svc:2379");
+        let flags = [
+            format!("--cacert={}", tls.ca),
+            format!("--cert={}", tls.cert),
+            format!("--key={}", tls.key),
+        ];
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (stop, service, flags) = (stop.clone(), service.clone(), flags.clone());
+            let bin = env.plane.kubelet().etcd().etcdctl.clone();
+            tokio::spawn(async move {
+                let mut log: Vec<(u32, std::time::Instant, Result<(), String>)> = Vec::new();
+                let mut i = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let out = tokio::process::Command::new(&bin)
+                        .arg(format!("--endpoints={service}"))
+                        .args(["--dial-timeout=2s", "--command-timeout=3s"])
+                        .args(&flags)
+                        .args(["put", "/steward/rotation", &i.to_string()])
+                        .output()
+                        .await
+                        .expect("running etcdctl");
+                    let result = if out.status.success() {
+                        Ok(())
+                    } else {
+                        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+                    };
+                    log.push((i, std::time::Instant::now(), result));
+                }
+                log
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+
+        let renewed = EtcdCerts::issue(&tls.pki, "rot", NS, "2").unwrap();
+        let ca = tls.pki.ca_pem();
+        env.put_tls_secret("rot-server", &renewed.server, ca).await;
+        env.put_tls_secret("rot-peer", &renewed.peer, ca).await;
+        env.put_tls_secret("rot-operator", &renewed.operator, ca)
+            .await;
+        let renewed_at = jiff::Timestamp::now();
+        wait_served(
+            &env,
+            "rot",
+            2379,
+            &renewed.server.cert_der,
+            "the renewed serving certificate",
+        )
+        .await;
+        wait_served(
+            &env,
+            "rot",
+            2380,
+            &renewed.peer.cert_der,
+            "the renewed peer certificate",
+        )
+        .await;
+        // Verified again after the renewal, with the renewed operator
+        // certificate (the operator reconnects when its Secret changes).
+        env.wait_for("rot", "verified after the renewal", |c| {
+            condition(c, "Available") == Some("True")
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.last_verified_time.as_ref())
+                    .is_some_and(|t| t.0 > renewed_at)
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let log = writer.await.unwrap();
+
+        let failed: Vec<_> = log.iter().filter(|(_, _, r)| r.is_err()).collect();
+        assert!(
+            failed.is_empty(),
+            "writes failed during the renewal: {failed:?}"
+        );
+        let longest = log
+            .windows(2)
+            .map(|w| w[1].1 - w[0].1)
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "rotation: {} writes through the client Service, none failed; longest gap between successful writes {} ms",
+            log.len(),
+            longest.as_millis()
+        );
+        assert_eq!(pod_lives(&env, "rot").await, lives, "no member restarted");
+        assert_eq!(env.member_names("rot").await, members);
+        let endpoints = members
+            .iter()
+            .map(|m| format!("https://{m}.rot.{NS}.svc:2379"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let get: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(["get", "/steward/rotation", "--print-value-only"])
+            .collect();
+        assert_eq!(
+            env.etcdctl(&endpoints, &get).await.trim(),
+            log.last().unwrap().0.to_string(),
+            "the last write is there"
+        );
+
+        // Broken serving certificates, each put in and taken out again.
+        let other = steward_testbed::pki::Pki::create(&env.dir().join("rot-other-pki")).unwrap();
+        let names = EtcdCerts::server_names("rot", NS);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let faults = [
+            (
+                tls.pki
+                    .expired_serving_and_client("rot-expired", "etcd", &names)
+                    .unwrap(),
+                "serving certificate expired",
+            ),
+            (
+                other
+                    .serving_and_client("rot-stranger", "etcd", &names)
+                    .unwrap(),
+                "serving certificate not signed by the CA",
+            ),
+            (
+                tls.pki
+                    .serving_and_client("rot-elsewhere", "etcd", &["elsewhere.invalid"])
+                    .unwrap(),
+                "serving certificate does not name",
+            ),
+        ];
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(env.client.clone(), NS);
+        for (bad, says) in &faults {
+            let began = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
+            env.put_tls_secret("rot-server", bad, ca).await;
+            let c = env
+                .wait_for("rot", says, |c| {
+                    condition_reason(c, "Available") == Some("TLSHandshakeFailed")
+                        && condition_message(c, "Available").is_some_and(|m| m.contains(says))
+                })
+                .await;
+            assert_eq!(condition(&c, "Available"), Some("False"));
+            assert_eq!(ready_members(&c), 0, "{}", conditions_line(&c));
+            // kube's recorder folds a repeat of an Event (same reason,
+            // type, action and object) into the first one's series, keeping
+            // its note: the first fault's note names it, the later ones
+            // show as a newer observation of the series.
+            let start = std::time::Instant::now();
+            while !events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| {
+                    let seen = e
+                        .series
+                        .as_ref()
+                        .map(|s| s.last_observed_time.0)
+                        .or(e.event_time.as_ref().map(|t| t.0));
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("TLSHandshakeFailed")
+                        && seen.is_some_and(|t| t >= began)
+                        && (e.series.is_some()
+                            || e.note.as_deref().is_some_and(|n| n.contains(says)))
+                })
+            {
+                assert!(
+                    start.elapsed() < EVENTUALLY,
+                    "no Warning Event for {says:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            assert_eq!(
+                env.member_names("rot").await,
+                members,
+                "no membership change"
+            );
+            assert_eq!(pod_lives(&env, "rot").await, lives, "no member restarted");
+
+            env.put_tls_secret("rot-server", &renewed.server, ca).await;
+            env.wait_available("rot", 3).await;
+            assert_eq!(
+                env.etcdctl(&endpoints, &get).await.trim(),
+                log.last().unwrap().0.to_string(),
+                "the data is kept"
+            );
+        }
         env.shutdown().await;
     });
 }

@@ -106,7 +106,7 @@ fn no_password_reaches_a_log_line_an_event_an_object_or_a_metric() {
         env.set_root_secret("quiet-root", FIRST).await;
         // TLS with client certificates, then auth on top: the password
         // goes over TLS, and the private keys are secret material too.
-        let (_, _, key) = env.create_tls_cluster("quiet", 1).await;
+        let key = env.create_tls_cluster("quiet", 1).await.key;
         let key = std::fs::read_to_string(key).unwrap();
         let key_line = key.lines().nth(1).unwrap().to_owned();
         assert!(key_line.len() >= 40, "a line of the key's base64 body");

@@ -40,6 +40,12 @@ pub struct SandboxArgs {
     /// status timeline, bring the node back, and exit once it recovered.
     #[arg(long, conflicts_with = "control_plane_only")]
     pub replay_incident: bool,
+    /// Make the example a TLS cluster: a fresh CA under <dir>/tls, the
+    /// serving, peer and operator certificates in Secrets, and spec.tls
+    /// naming them (https on the client and peer ports, client
+    /// certificates required).
+    #[arg(long, conflicts_with = "control_plane_only")]
+    pub tls: bool,
 }
 
 /// Must run before any thread exists: it enters a private mount namespace
@@ -75,11 +81,19 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     }));
 
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), "default");
+    let mut spec = serde_json::json!({"replicas": args.members, "version": crate::api::DEFAULT_ETCD_VERSION, "storage": {"size": "1Gi"}});
+    let tls = if args.tls {
+        let pki = tls_secrets(&client, &dir).await?;
+        spec["tls"] = steward_testbed::etcd_tls::spec("example");
+        Some(pki)
+    } else {
+        None
+    };
     let example: EtcdCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "etcd.steward.dev/v1alpha1",
         "kind": "EtcdCluster",
         "metadata": {"name": "example", "namespace": "default"},
-        "spec": {"replicas": args.members, "version": crate::api::DEFAULT_ETCD_VERSION, "storage": {"size": "1Gi"}}
+        "spec": spec,
     }))?;
     clusters.create(&PostParams::default(), &example).await?;
 
@@ -95,6 +109,14 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     println!("  kubectl get etcdmembers,pods");
     println!("  kubectl describe etcdcluster example");
     println!("  etcd logs: {}/kubelet/pods/", dir.display());
+    if let Some(tls) = &tls {
+        println!(
+            "  TLS: the CA is {}, the operator's client certificate {} (key {}); docs/control-plane.md says how to reach the members",
+            tls.ca_cert().display(),
+            tls.dir().join("example-operator-1.crt").display(),
+            tls.dir().join("example-operator-1.key").display(),
+        );
+    }
     println!();
     print!(
         "{}",
@@ -125,6 +147,21 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     plane.shutdown().await;
     println!("sandbox stopped; no etcd left running.");
     outcome
+}
+
+/// A fresh CA under `<dir>/tls` and the example's TLS Secrets from it.
+async fn tls_secrets(
+    client: &kube::Client,
+    dir: &Path,
+) -> anyhow::Result<steward_testbed::pki::Pki> {
+    let pki = steward_testbed::pki::Pki::create(&dir.join("tls"))?;
+    let certs = steward_testbed::etcd_tls::EtcdCerts::issue(&pki, "example", "default", "1")?;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "default");
+    for secret in certs.secrets("example", "default", pki.ca_pem()) {
+        secrets.create(&PostParams::default(), &secret).await?;
+    }
+    Ok(pki)
 }
 
 /// Applies the CRDs (server-side, so a second run is a no-op) and waits

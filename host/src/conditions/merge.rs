@@ -118,7 +118,10 @@ impl Transition {
     }
 }
 
-/// The conditions whose status differs between `before` and `after`.
+/// The conditions whose status differs between `before` and `after`, and
+/// `Available` or `Degraded` staying bad for a new reason: the cause
+/// changed (members down, then a certificate refused), which is news to
+/// the person on call although the status is not.
 ///
 /// A condition first appearing as Unknown is not a transition: nothing was
 /// learned. A condition disappearing is not reported either; [`desired`]
@@ -128,13 +131,16 @@ pub fn transitions(before: &[MetaCondition], after: &[MetaCondition]) -> Vec<Tra
         .iter()
         .filter_map(|a| {
             let to = parse_status(&a.status);
-            let from = before
-                .iter()
-                .find(|b| b.type_ == a.type_)
-                .map(|b| parse_status(&b.status));
-            let changed = match from {
-                Some(from) => from != to,
-                None => to != ConditionStatus::Unknown,
+            let prev = before.iter().find(|b| b.type_ == a.type_);
+            let from = prev.map(|b| parse_status(&b.status));
+            let bad = match a.type_.as_str() {
+                AVAILABLE => to != ConditionStatus::True,
+                DEGRADED => to == ConditionStatus::True,
+                _ => false,
+            };
+            let changed = match (from, prev) {
+                (Some(from), Some(prev)) => from != to || (bad && prev.reason != a.reason),
+                _ => to != ConditionStatus::Unknown,
             };
             changed.then(|| Transition {
                 type_: a.type_.clone(),

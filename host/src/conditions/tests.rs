@@ -381,6 +381,21 @@ fn transitions_report_status_changes_with_event_types() {
         "Available: True -> False (QuorumLost): 0 of 3 members answered"
     );
 
+    // Still down, for another reason: reported; the same reason again is not.
+    let mut other_cause = outage.clone();
+    for c in &mut other_cause {
+        if c.type_ == AVAILABLE {
+            c.reason = "TLSHandshakeFailed".into();
+        }
+    }
+    let changes = transitions(&outage, &other_cause);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(
+        (changes[0].type_.as_str(), changes[0].event_type()),
+        (AVAILABLE, EventType::Warning)
+    );
+    assert!(transitions(&other_cause, &other_cause).is_empty());
+
     let back = reconcile(&outage, &policy_healthy(), HostPhase::Steady, None, 1, t(9));
     assert!(
         transitions(&outage, &back)

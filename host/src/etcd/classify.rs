@@ -32,7 +32,45 @@ pub fn classify(err: &etcd_client::Error) -> (ProbeErrorKind, String) {
         }
         other => chain.push_text(&other.to_string()),
     }
-    (chain.kind(), redact(&chain.message()))
+    let kind = chain.kind();
+    let mut message = redact(&chain.message());
+    if kind == ProbeErrorKind::Tls
+        && let Some(what) = tls_diagnosis(&message)
+    {
+        message = format!("{what}: {message}");
+    }
+    (kind, message)
+}
+
+/// What a TLS failure means for the person fixing it, named first and
+/// short (the default policy quotes 120 bytes of an error). rustls says it in its own
+/// terms (`invalid peer certificate: UnknownIssuer`, `received fatal
+/// alert: CertificateExpired`); the first are the member's certificate as
+/// the operator judged it, the alerts are the member's verdict on the
+/// operator's certificate.
+fn tls_diagnosis(message: &str) -> Option<&'static str> {
+    let text = message.to_ascii_lowercase();
+    let has = |n: &str| text.contains(n);
+    Some(if has("fatal alert: certificateexpired") {
+        "client certificate refused as expired (renew spec.tls.client.operatorClientSecretRef)"
+    } else if has("fatal alert: unknownca") {
+        "client certificate refused: not signed by the members' CA (spec.tls.client.operatorClientSecretRef)"
+    } else if has("fatal alert: certificaterequired") {
+        "the members require a client certificate (set spec.tls.client.operatorClientSecretRef)"
+    } else if has("fatal alert") {
+        "client certificate refused (see spec.tls.client.operatorClientSecretRef)"
+    } else if has("expired") {
+        "serving certificate expired (renew spec.tls.client.serverSecretRef)"
+    } else if has("notvalidyet") || has("not valid yet") {
+        "serving certificate not valid yet (check its notBefore and the clocks)"
+    } else if has("unknownissuer") || has("unknown issuer") || has("badsignature") {
+        // BadSignature: a CA of the same name as ca.crt's, another key.
+        "serving certificate not signed by the CA in ca.crt of spec.tls.client.serverSecretRef"
+    } else if has("notvalidforname") || has("not valid for name") {
+        "serving certificate does not name <member>.<cluster>.<namespace>.svc, the address dialled"
+    } else {
+        return None;
+    })
 }
 
 #[derive(Default)]
@@ -196,6 +234,50 @@ mod tests {
         for (status, want) in cases {
             let (kind, _) = classify(&etcd_client::Error::GRpcStatus(status.clone()));
             assert_eq!(kind, want, "{status:?}");
+        }
+    }
+
+    /// Each certificate fault is named first, in words that say which
+    /// Secret to fix; the client's own text follows.
+    #[test]
+    fn tls_failures_say_which_certificate_is_wrong() {
+        let cases = [
+            (
+                "invalid peer certificate: certificate expired: verification time 1 (UNIX), but certificate is not valid after 0 (1 seconds ago)",
+                "serving certificate expired",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                "serving certificate not signed by the CA",
+            ),
+            (
+                "invalid peer certificate: BadSignature",
+                "serving certificate not signed by the CA",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"a.b.svc\"; certificate is only valid for DnsName(\"x\")",
+                "does not name <member>",
+            ),
+            (
+                "received fatal alert: UnknownCA",
+                "client certificate refused: not signed",
+            ),
+            (
+                "received fatal alert: CertificateExpired",
+                "client certificate refused as expired",
+            ),
+        ];
+        for (text, want) in cases {
+            let status = tonic::Status::unavailable(format!("transport error: {text}"));
+            let (kind, message) = classify(&etcd_client::Error::GRpcStatus(status));
+            assert_eq!(kind, ProbeErrorKind::Tls, "{text}");
+            assert!(message.contains(want), "{text} -> {message}");
+            assert!(
+                message.ends_with(text),
+                "the client's text is kept: {message}"
+            );
+            let what = message.split(": transport error").next().unwrap();
+            assert!(what.len() <= 100, "{what:?} fits the policy's excerpt");
         }
     }
 

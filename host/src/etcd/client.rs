@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::fmt;
 
@@ -130,7 +130,17 @@ struct Cached {
     /// The epoch of the endpoint's cluster when the dial began: a client
     /// dialled with credentials or TLS replaced meanwhile is not reused.
     epoch: u64,
+    /// When it was made: an https client older than [`TLS_HANDSHAKE_MAX_AGE`]
+    /// is made again.
+    dialled: Instant,
 }
+
+/// How long an https connection is trusted to show what a member serves.
+/// A member picks up a renewed (or broken) certificate from its files at
+/// its next handshake, which an established connection never makes, so
+/// without a fresh handshake the operator would report a certificate that
+/// new clients no longer see. One handshake per member per period.
+pub const TLS_HANDSHAKE_MAX_AGE: Duration = Duration::from_secs(30);
 
 impl EtcdClient {
     pub fn new(config: ClientConfig) -> Self {
@@ -224,6 +234,8 @@ impl EtcdClient {
         if let Some(cached) = self.lock().get(endpoint)
             && cached.addrs == addrs
             && cached.epoch == epoch
+            && !(endpoint.starts_with("https://")
+                && cached.dialled.elapsed() > TLS_HANDSHAKE_MAX_AGE)
         {
             return Ok(cached.client.clone());
         }
@@ -268,6 +280,7 @@ impl EtcdClient {
                 client: client.clone(),
                 authenticated,
                 epoch,
+                dialled: Instant::now(),
             },
         );
         Ok(client)

@@ -19,6 +19,7 @@ use etcd_steward::etcd::Faults;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use steward_testbed::ControlPlane;
+pub use steward_testbed::etcd_tls::EtcdCerts;
 use steward_testbed::status_consumers::{Reading, StatusConsumers};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -32,6 +33,138 @@ pub const OPERATOR_SA: &str = "etcd-steward";
 /// A generous bound for "eventually": these are correctness tests, and a
 /// loaded 2-core CI machine must not turn them into timing tests.
 pub const EVENTUALLY: Duration = Duration::from_secs(120);
+
+/// A TLS cluster's CA and certificates ([`Env::create_tls_cluster`]); `ca`,
+/// `cert` and `key` are the files of the CA and the operator's certificate,
+/// for etcdctl.
+pub struct TlsCluster {
+    pub pki: steward_testbed::pki::Pki,
+    pub certs: EtcdCerts,
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+/// The certificate `host:port` presents in a TLS handshake (DER), read
+/// without trusting or judging it: what a member serves right now.
+pub fn served_certificate(host: &str, port: u16) -> Result<Vec<u8>, String> {
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    #[derive(Debug)]
+    struct Record(
+        std::sync::Mutex<Option<Vec<u8>>>,
+        std::sync::Arc<rustls::crypto::CryptoProvider>,
+    );
+    impl ServerCertVerifier for Record {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            *self.0.lock().unwrap() = Some(end_entity.to_vec());
+            Ok(ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.1.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.1.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.1.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let record = std::sync::Arc::new(Record(Default::default(), provider.clone()));
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(record.clone())
+        .with_no_client_auth();
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(|e| e.to_string())?;
+    let mut sock = std::net::TcpStream::connect((host, port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    // The server's certificate arrives before it asks for ours; a peer port
+    // then refuses a client without one, which does not matter here.
+    while conn.is_handshaking() && record.0.lock().unwrap().is_none() {
+        if conn.complete_io(&mut sock).is_err() {
+            break;
+        }
+    }
+    record
+        .0
+        .lock()
+        .unwrap()
+        .take()
+        .ok_or_else(|| format!("{host}:{port} presented no certificate"))
+}
+
+/// Each member Pod of `cluster`: (name, uid, restarts of its etcd).
+pub async fn pod_lives(env: &Env, cluster: &str) -> Vec<(String, String, i32)> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), NS);
+    let mut lives = Vec::new();
+    for name in env.member_names(cluster).await {
+        let pod = pods.get(&name).await.expect("a member's Pod");
+        let restarts = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .sum();
+        lives.push((name, pod.metadata.uid.unwrap_or_default(), restarts));
+    }
+    lives
+}
+
+/// Waits until every member of `cluster` serves `cert` on `port`.
+pub async fn wait_served(env: &Env, cluster: &str, port: u16, cert: &[u8], what: &str) {
+    let start = Instant::now();
+    for member in env.member_names(cluster).await {
+        let host = format!("{member}.{cluster}.{NS}.svc");
+        loop {
+            let h = host.clone();
+            let served = tokio::task::spawn_blocking(move || served_certificate(&h, port))
+                .await
+                .unwrap();
+            if served.as_deref().ok() == Some(cert) {
+                break;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "{host}:{port} does not serve {what}: {:?}",
+                served.map(|_| "another certificate")
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
 
 pub struct Env {
     pub plane: ControlPlane,
@@ -268,45 +401,15 @@ impl Env {
     /// certificate, and the operator's client certificate (Secrets
     /// `<name>-server`, `<name>-peer`, `<name>-operator`). Returns the
     /// files etcdctl uses to call as the operator does: CA, certificate, key.
-    pub async fn create_tls_cluster(&self, name: &str, replicas: i32) -> (String, String, String) {
+    pub async fn create_tls_cluster(&self, name: &str, replicas: i32) -> TlsCluster {
         let pki = steward_testbed::pki::Pki::create(&self.dir().join(format!("{name}-pki")))
             .expect("a CA");
-        let members = format!("*.{name}.{NS}.svc");
-        let service = format!("{name}-client.{NS}.svc");
-        let short = format!("{name}-client");
-        // Serving and client: etcd's gateway presents its serving
-        // certificate as a client when members require client certificates.
-        let server = pki
-            .serving_and_client(
-                &format!("{name}-server"),
-                "etcd",
-                &[&members, &service, &short],
-            )
-            .unwrap();
-        let peer = pki
-            .serving_and_client(&format!("{name}-peer"), "etcd-peer", &[&members])
-            .unwrap();
-        let operator = pki
-            .client(&format!("{name}-operator"), "etcd-steward", &[])
-            .unwrap();
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(self.client.clone(), NS);
-        for (suffix, files) in [
-            ("server", &server),
-            ("peer", &peer),
-            ("operator", &operator),
-        ] {
-            let secret = serde_json::json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("{name}-{suffix}"), "namespace": NS},
-                "type": "kubernetes.io/tls",
-                "stringData": {"tls.crt": files.cert_pem, "tls.key": files.key_pem, "ca.crt": pki.ca_pem()},
-            });
+        let certs = EtcdCerts::issue(&pki, name, NS, "1").expect("certificates");
+        let secrets =
+            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), NS);
+        for secret in certs.secrets(name, NS, pki.ca_pem()) {
             secrets
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(secret).unwrap(),
-                )
+                .create(&PostParams::default(), &secret)
                 .await
                 .expect("creating a TLS Secret");
         }
@@ -315,20 +418,40 @@ impl Env {
             "kind": "EtcdCluster",
             "metadata": {"name": name, "namespace": NS},
             "spec": {"replicas": replicas, "storage": {"size": "1Gi"},
-                     "tls": {"client": {"serverSecretRef": {"name": format!("{name}-server")},
-                                        "operatorClientSecretRef": {"name": format!("{name}-operator")}},
-                             "peer": {"secretRef": {"name": format!("{name}-peer")}}}}
+                     "tls": steward_testbed::etcd_tls::spec(name)}
         }))
         .expect("a valid EtcdCluster");
         self.clusters()
             .create(&PostParams::default(), &cluster)
             .await
             .expect("creating the EtcdCluster");
-        (
-            pki.ca_cert().display().to_string(),
-            operator.cert.display().to_string(),
-            operator.key.display().to_string(),
-        )
+        TlsCluster {
+            ca: pki.ca_cert().display().to_string(),
+            cert: certs.operator.cert.display().to_string(),
+            key: certs.operator.key.display().to_string(),
+            pki,
+            certs,
+        }
+    }
+
+    /// Replaces the certificate and key of the TLS Secret `secret`, and
+    /// its `ca.crt` by `ca_pem`: what a renewal (or a mistake) does.
+    pub async fn put_tls_secret(
+        &self,
+        secret: &str,
+        files: &steward_testbed::pki::CertFiles,
+        ca_pem: &str,
+    ) {
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), NS)
+            .patch(
+                secret,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"stringData": {
+                    "tls.crt": files.cert_pem, "tls.key": files.key_pem, "ca.crt": ca_pem,
+                }})),
+            )
+            .await
+            .expect("patching a TLS Secret");
     }
 
     /// Patches spec.replicas; returns the object as stored by that patch.

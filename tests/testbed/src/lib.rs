@@ -7,6 +7,7 @@
 pub mod component;
 pub mod control_plane;
 pub mod etcd_bin;
+pub mod etcd_tls;
 pub mod fault_proxy;
 pub mod hosts;
 pub mod kube_bin;

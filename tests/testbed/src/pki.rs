@@ -18,6 +18,8 @@ pub struct CertFiles {
     pub key: PathBuf,
     pub cert_pem: String,
     pub key_pem: String,
+    /// The certificate as a TLS peer presents it.
+    pub cert_der: Vec<u8>,
 }
 
 /// The CA of one control plane. Its key lives only in this struct and in
@@ -59,6 +61,11 @@ impl Pki {
         &self.ca_cert
     }
 
+    /// Where the CA and the certificates it signs are written.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
@@ -82,6 +89,27 @@ impl Pki {
         )
     }
 
+    /// As [`Pki::serving_and_client`], but valid only during 2020: expired.
+    pub fn expired_serving_and_client(
+        &self,
+        file: &str,
+        cn: &str,
+        hosts: &[&str],
+    ) -> Result<CertFiles> {
+        let mut params = self.host_params(
+            file,
+            cn,
+            hosts,
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )?;
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        self.sign(file, params)
+    }
+
     fn for_hosts(
         &self,
         file: &str,
@@ -89,6 +117,17 @@ impl Pki {
         hosts: &[&str],
         usages: &[ExtendedKeyUsagePurpose],
     ) -> Result<CertFiles> {
+        let params = self.host_params(file, cn, hosts, usages)?;
+        self.sign(file, params)
+    }
+
+    fn host_params(
+        &self,
+        file: &str,
+        cn: &str,
+        hosts: &[&str],
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> Result<CertificateParams> {
         let mut params = CertificateParams::default();
         params.distinguished_name = name(cn, &[]);
         params.subject_alt_names = hosts
@@ -100,7 +139,7 @@ impl Pki {
             .collect::<Result<_, rcgen::Error>>()
             .with_context(|| format!("the names of {file}"))?;
         params.extended_key_usages = usages.to_vec();
-        self.sign(file, params)
+        Ok(params)
     }
 
     /// A client certificate: Kubernetes reads the user from the CN and the
@@ -127,6 +166,7 @@ impl Pki {
             key: self.dir.join(format!("{file}.key")),
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
+            cert_der: cert.der().to_vec(),
         };
         write(&files.cert, &files.cert_pem)?;
         write(&files.key, &files.key_pem)?;
