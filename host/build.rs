@@ -2,8 +2,9 @@
 //! the root stays one command (in the style of substrate-wasm-builder).
 //!
 //! A nested cargo builds `steward-default-policy` (embedded in the binary),
-//! `steward-chaos-policy`, `steward-compat-v0-1-policy` and
-//! `steward-compat-v0-2-policy` (components of the earlier contracts) and
+//! `steward-chaos-policy`, `steward-compat-v0-1-policy`,
+//! `steward-compat-v0-2-policy` and `steward-compat-v0-3-policy`
+//! (components of the earlier contracts) and
 //! the Rust SDK's example (for the host's tests)
 //! with the workspace's
 //! `policy` profile, into a target dir of its own: the outer build holds the
@@ -38,6 +39,11 @@ const POLICIES: &[(&str, &str, &str)] = &[
         "steward-compat-v0-2-policy",
         "steward_compat_v0_2_policy",
         "STEWARD_COMPAT_V0_2_POLICY_WASM",
+    ),
+    (
+        "steward-compat-v0-3-policy",
+        "steward_compat_v0_3_policy",
+        "STEWARD_COMPAT_V0_3_POLICY_WASM",
     ),
     (
         "steward-example-raft-lag",
@@ -83,6 +89,8 @@ fn main() {
         "policies/compat-v0.1/Cargo.toml",
         "policies/compat-v0.2/src",
         "policies/compat-v0.2/Cargo.toml",
+        "policies/compat-v0.3/src",
+        "policies/compat-v0.3/Cargo.toml",
         "policies/examples/raft-lag/src",
         "policies/examples/raft-lag/Cargo.toml",
     ] {

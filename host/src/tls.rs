@@ -13,6 +13,11 @@
 //! - The Secret is read again at most every [`SECRET_RECHECK`]; a changed
 //!   certificate, key or CA drops the cluster's connections, so the next
 //!   call presents the new certificate.
+//! - The validity of each certificate it can read (the leaf of `tls.crt`
+//!   in the serving, peer and operator Secrets) goes to the policy
+//!   ([`Prepared::facts`]); nothing else of a Secret does. A peer Secret
+//!   that cannot be read only leaves its certificate out: the operator
+//!   never presents it.
 //! - Without a usable CA or client certificate, and none read before, the
 //!   cluster is not probed: the status says why ([`prepare`]) rather than
 //!   reporting every member as refusing a handshake. With one read before,
@@ -26,6 +31,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 use sha2::{Digest, Sha256};
+use steward_policy_sdk as sdk;
 
 use crate::api::EtcdCluster;
 use crate::context::Context;
@@ -59,7 +65,7 @@ impl std::fmt::Debug for ClusterTls {
 }
 
 /// A good read of a cluster's TLS Secrets, and when it was made.
-type Read = (Instant, ClusterTls);
+type Read = (Instant, ClusterTls, Vec<sdk::CertificateFacts>);
 
 /// The last good read of each cluster's TLS Secrets, by cluster UID.
 /// Failed reads are not kept: they are tried again on the next reconcile.
@@ -87,6 +93,8 @@ pub struct Prepared {
     /// The Secrets cannot be read or used now, but an earlier read can:
     /// the cluster is probed with that, and a Warning Event says this.
     pub stale: Option<String>,
+    /// What the policy is told of the cluster's TLS.
+    pub facts: sdk::TlsFacts,
 }
 
 /// Before the probe: sets the TLS configuration the cluster's members are
@@ -96,48 +104,73 @@ pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Prepared {
         &cluster.name_any(),
         &cluster.namespace().unwrap_or_default(),
     );
-    let client = cluster.spec.tls.as_ref().and_then(|t| t.client.as_ref());
+    let spec = cluster.spec.tls.as_ref();
+    let client = spec.and_then(|t| t.client.as_ref());
+    let peer = spec
+        .and_then(|t| t.peer.as_ref())
+        .and_then(|p| p.secret_ref.as_ref())
+        .map(|r| r.name.clone());
+    let operator = client
+        .and_then(|c| c.operator_client_secret_ref.as_ref())
+        .map(|r| r.name.clone());
+    let mut prepared = Prepared {
+        facts: sdk::TlsFacts {
+            client: client.is_some(),
+            client_cert_auth: operator.is_some(),
+            peer: peer.is_some(),
+            certificates: Vec::new(),
+        },
+        ..Prepared::default()
+    };
     let Some(server) = client
         .and_then(|c| c.server_secret_ref.as_ref())
         .map(|r| r.name.clone())
     else {
         ctx.etcd.set_tls(&domain, None);
-        return Prepared::default();
+        return prepared;
     };
-    let operator = client
-        .and_then(|c| c.operator_client_secret_ref.as_ref())
-        .map(|r| r.name.clone());
     let uid = cluster.uid().unwrap_or_default();
     let ns = cluster.namespace().unwrap_or_default();
     let known = ctx.tls.lock().get(&uid).cloned();
-    if let Some((at, tls)) = &known
+    if let Some((at, tls, certificates)) = &known
         && at.elapsed() < SECRET_RECHECK
     {
         ctx.etcd.set_tls(&domain, Some(tls.clone()));
-        return Prepared::default();
+        prepared.facts.certificates = certificates.clone();
+        return prepared;
     }
-    match read_secrets(ctx, &ns, &server, operator.as_deref()).await {
-        Ok(tls) => {
-            ctx.tls.lock().insert(uid, (Instant::now(), tls.clone()));
+    let names = Names {
+        server: &server,
+        operator: operator.as_deref(),
+        peer: peer.as_deref(),
+    };
+    match read_secrets(ctx, &ns, names).await {
+        Ok((tls, certificates)) => {
+            ctx.tls
+                .lock()
+                .insert(uid, (Instant::now(), tls.clone(), certificates.clone()));
             ctx.etcd.set_tls(&domain, Some(tls));
-            Prepared::default()
+            prepared.facts.certificates = certificates;
         }
         // A Secret being replaced, or a moment of API trouble, does not
         // hide a cluster the configuration read before still reaches.
         Err(why) => match known {
-            Some((_, tls)) => {
+            Some((_, tls, certificates)) => {
                 ctx.etcd.set_tls(&domain, Some(tls));
-                Prepared {
-                    unusable: None,
-                    stale: Some(why),
-                }
+                prepared.facts.certificates = certificates;
+                prepared.stale = Some(why);
             }
-            None => Prepared {
-                unusable: Some(why),
-                stale: None,
-            },
+            None => prepared.unusable = Some(why),
         },
     }
+    prepared
+}
+
+/// The names of a cluster's TLS Secrets.
+struct Names<'a> {
+    server: &'a str,
+    operator: Option<&'a str>,
+    peer: Option<&'a str>,
 }
 
 async fn get(ctx: &Context, ns: &str, name: &str, field: &str) -> Result<Secret, String> {
@@ -151,23 +184,58 @@ async fn get(ctx: &Context, ns: &str, name: &str, field: &str) -> Result<Secret,
 async fn read_secrets(
     ctx: &Context,
     ns: &str,
-    server: &str,
-    operator: Option<&str>,
-) -> Result<ClusterTls, String> {
-    let server = (get(ctx, ns, server, SERVER_FIELD).await?, server.to_owned());
-    let operator = match operator {
-        Some(name) => Some((get(ctx, ns, name, OPERATOR_FIELD).await?, name.to_owned())),
+    names: Names<'_>,
+) -> Result<(ClusterTls, Vec<sdk::CertificateFacts>), String> {
+    let server = get(ctx, ns, names.server, SERVER_FIELD).await?;
+    let operator = match names.operator {
+        Some(name) => Some((get(ctx, ns, name, OPERATOR_FIELD).await?, name)),
         None => None,
     };
-    from_secrets(
+    let tls = from_secrets(
         ns,
-        (&server.0, &server.1),
-        operator.as_ref().map(|(s, n)| (s, n.as_str())),
-    )
+        (&server, names.server),
+        operator.as_ref().map(|(s, n)| (s, *n)),
+    )?;
+    let mut certificates: Vec<_> = [(Some(&server), names.server, sdk::CertificateRole::Serving)]
+        .into_iter()
+        .chain(
+            operator
+                .as_ref()
+                .map(|(s, n)| (Some(s), *n, sdk::CertificateRole::OperatorClient)),
+        )
+        .filter_map(|(secret, name, role)| certificate(secret?, name, role))
+        .collect();
+    if let Some(name) = names.peer
+        && let Ok(peer) = get(ctx, ns, name, PEER_FIELD).await
+    {
+        certificates.extend(certificate(&peer, name, sdk::CertificateRole::Peer));
+    }
+    Ok((tls, certificates))
+}
+
+/// The validity of the first certificate of `tls.crt` in `secret`; None
+/// when there is none that parses (the members or the handshake then say
+/// what is wrong).
+pub fn certificate(
+    secret: &Secret,
+    name: &str,
+    role: sdk::CertificateRole,
+) -> Option<sdk::CertificateFacts> {
+    let pem = secret.data.as_ref()?.get(TLS_CERT)?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem.0).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let validity = cert.validity();
+    Some(sdk::CertificateFacts {
+        role,
+        secret: name.to_owned(),
+        not_before: validity.not_before.timestamp().saturating_mul(1000),
+        not_after: validity.not_after.timestamp().saturating_mul(1000),
+    })
 }
 
 const SERVER_FIELD: &str = "spec.tls.client.serverSecretRef";
 const OPERATOR_FIELD: &str = "spec.tls.client.operatorClientSecretRef";
+const PEER_FIELD: &str = "spec.tls.peer.secretRef";
 
 /// PEM values of `keys` in `secret`, or what is missing or malformed.
 /// Only PEM framing is checked here; a certificate the other side rejects
@@ -254,6 +322,38 @@ mod tests {
 
     const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nsecretkeybytes\n-----END PRIVATE KEY-----\n";
+
+    /// The validity of `tls.crt`'s first certificate reaches the facts;
+    /// a Secret without one, or with a value that is not a certificate,
+    /// gives none.
+    #[test]
+    fn a_certificates_validity_is_read_from_its_secret() {
+        let mut params = rcgen::CertificateParams::new(vec!["etcd".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2026, 12, 16);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap().pem();
+        let facts = certificate(
+            &secret(&[("tls.crt", &cert), ("tls.key", &key.serialize_pem())]),
+            "etcd-peer",
+            sdk::CertificateRole::Peer,
+        )
+        .unwrap();
+        assert_eq!(
+            facts,
+            sdk::CertificateFacts {
+                role: sdk::CertificateRole::Peer,
+                secret: "etcd-peer".into(),
+                not_before: 1_767_225_600_000,
+                not_after: 1_797_379_200_000,
+            }
+        );
+        let none = |pairs: &[(&str, &str)]| {
+            certificate(&secret(pairs), "s", sdk::CertificateRole::Serving)
+        };
+        assert_eq!(none(&[("ca.crt", &cert)]), None);
+        assert_eq!(none(&[("tls.crt", CERT)]), None);
+    }
 
     #[test]
     fn the_servers_ca_and_the_operators_certificate_give_a_client_configuration() {

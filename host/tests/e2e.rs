@@ -3097,7 +3097,8 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
 /// restart, and no write fails. Then the serving certificate is broken in
 /// each way a person can break it (expired, from another CA, for other
 /// names): each turns Available False with a message that says which, and
-/// a Warning Event, while the members and the data stay.
+/// a Warning Event, while the members and the data stay. Last, a working
+/// certificate close to its expiry makes the cluster Degraded.
 #[test]
 fn tls_certificates_are_renewed_in_place_under_writes_and_broken_ones_are_named() {
     let _g = serial();
@@ -3313,6 +3314,47 @@ fn tls_certificates_are_renewed_in_place_under_writes_and_broken_ones_are_named(
                 "the data is kept"
             );
         }
+
+        // An operator certificate that still works but expires in about a
+        // week: Degraded says which Secret and when (the policy sees its
+        // validity, steward:status@0.4.0); Available stays True.
+        let soon = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(8 * 24))
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .date();
+        let expiring = tls
+            .pki
+            .client_valid_until(
+                "rot-operator-expiring",
+                "etcd-steward",
+                (i32::from(soon.year()), soon.month() as u8, soon.day() as u8),
+            )
+            .unwrap();
+        env.put_tls_secret("rot-operator", &expiring, ca).await;
+        let c = env
+            .wait_for("rot", "CertificateExpiringSoon", |c| {
+                condition_reason(c, "Degraded") == Some("CertificateExpiringSoon")
+            })
+            .await;
+        assert_eq!(condition(&c, "Degraded"), Some("True"));
+        assert_eq!(
+            condition(&c, "Available"),
+            Some("True"),
+            "{}",
+            conditions_line(&c)
+        );
+        let message = condition_message(&c, "Degraded").unwrap();
+        assert!(
+            message.starts_with(
+                "the operator's client certificate in Secret rot-operator expires in 7d"
+            ),
+            "{message}"
+        );
+        env.put_tls_secret("rot-operator", &renewed.operator, ca)
+            .await;
+        env.wait_for("rot", "no certificate expiring", |c| {
+            condition(c, "Degraded") == Some("False")
+        })
+        .await;
         env.shutdown().await;
     });
 }

@@ -84,6 +84,7 @@ fn observation(settings: serde_json::Value) -> Observation {
         probing,
         history: Default::default(),
         backup: None,
+        tls: Default::default(),
         now: 1_780_000_000_000,
         settings: settings.to_string(),
     }
@@ -385,7 +386,7 @@ fn a_component_of_the_previous_contract_loads_and_its_claim_is_checked() {
         .load_file(env!("STEWARD_COMPAT_V0_1_POLICY_WASM"))
         .expect("a 0.1.0 component loads");
     assert_eq!(old.contract(), "steward:status@0.1.0");
-    assert_eq!(chaos().contract(), "steward:status@0.3.0");
+    assert_eq!(chaos().contract(), "steward:status@0.4.0");
     assert!(
         old.info
             .condition_types

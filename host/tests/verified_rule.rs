@@ -138,6 +138,7 @@ fn observation(rng: &mut StdRng) -> Observation {
         probing,
         history,
         backup: None,
+        tls: Default::default(),
         now,
         settings: "{}".into(),
     }

@@ -351,6 +351,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
             previous_conditions: crate::conditions::previous_conditions(&status.conditions),
         },
         backup: crate::facts::observe_backup(ctx, cluster, now),
+        tls: tls.facts.clone(),
         now: now.as_millisecond(),
         settings: settings_text(cluster),
     };

@@ -272,7 +272,7 @@ impl Loader {
         let pre = self.compiled(bytes, &digest)?;
         let pre = Bound::new(pre).map_err(|e| {
             PolicyError::Load(format!(
-                "not a steward:status/status-policy component (0.3.0, 0.2.0 or 0.1.0): {}",
+                "not a steward:status/status-policy component (0.4.0, 0.3.0, 0.2.0 or 0.1.0): {}",
                 wasm_error(&e)
             ))
         })?;

@@ -107,7 +107,7 @@ impl LoadedPolicy {
         Ok(returned)
     }
 
-    /// The contract version the component exports ("steward:status@0.3.0").
+    /// The contract version the component exports ("steward:status@0.4.0").
     pub fn contract(&self) -> &'static str {
         self.pre.contract()
     }

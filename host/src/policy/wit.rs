@@ -2,14 +2,15 @@
 //! the status-policy contract. Everything else in the host speaks the plain
 //! `steward_policy_sdk` types, converted here in both directions.
 //!
-//! Three versions are linked, as `wit/README.md` promises:
-//! `steward:status@0.3.0` (`wit/`), `0.2.0` (`wit/0.2.0/`) and `0.1.0`
-//! (`wit/0.1.0/`), so components built against an older contract still
-//! load. A component is bound to the newest it exports. A 0.2.0 component
-//! does not receive the backup facts or the endpoints' revisions; a 0.1.0
-//! one does not receive the host's quorum finding either, and its verdict's
+//! Four versions are linked, as `wit/README.md` promises:
+//! `steward:status@0.4.0` (`wit/`), `0.3.0` (`wit/0.3.0/`), `0.2.0`
+//! (`wit/0.2.0/`) and `0.1.0` (`wit/0.1.0/`), so components built against
+//! an older contract still load. A component is bound to the newest it
+//! exports. A 0.3.0 component does not receive the TLS facts; a 0.2.0 one
+//! not the backup facts or the endpoints' revisions either; a 0.1.0 one
+//! does not receive the host's quorum finding either, and its verdict's
 //! `verified` is a claim the host checks after the fact ([`Returned`]); a
-//! 0.2.0 or 0.3.0 verdict can only decline verification, never claim it.
+//! later verdict can only decline verification, never claim it.
 
 use steward_policy_sdk as sdk;
 use wasmtime::Store;
@@ -17,11 +18,20 @@ use wasmtime::component::InstancePre;
 
 use super::sandbox::HostState;
 
-/// `steward:status@0.3.0`, the current contract.
-pub mod v0_3 {
+/// `steward:status@0.4.0`, the current contract.
+pub mod v0_4 {
     wasmtime::component::bindgen!({
         world: "status-policy",
         path: "../wit",
+    });
+    pub use steward::status::types::*;
+}
+
+/// `steward:status@0.3.0`, still loaded.
+pub mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "status-policy",
+        path: "../wit/0.3.0",
     });
     pub use steward::status::types::*;
 }
@@ -56,6 +66,7 @@ pub struct Returned {
 /// A compiled component, linked to the contract version it exports.
 #[derive(Clone)]
 pub enum Bound {
+    V0_4(v0_4::StatusPolicyPre<HostState>),
     V0_3(v0_3::StatusPolicyPre<HostState>),
     V0_2(v0_2::StatusPolicyPre<HostState>),
     V0_1(v0_1::StatusPolicyPre<HostState>),
@@ -63,6 +74,7 @@ pub enum Bound {
 
 /// One instance of a [`Bound`] component, for one call.
 pub enum Instance {
+    V0_4(v0_4::StatusPolicy),
     V0_3(v0_3::StatusPolicy),
     V0_2(v0_2::StatusPolicy),
     V0_1(v0_1::StatusPolicy),
@@ -72,10 +84,13 @@ impl Bound {
     /// Binds `pre` to the newest contract version it exports; the error
     /// says what the newest lacks.
     pub fn new(pre: InstancePre<HostState>) -> Result<Self, wasmtime::Error> {
-        let newest = match v0_3::StatusPolicyPre::new(pre.clone()) {
-            Ok(bound) => return Ok(Self::V0_3(bound)),
+        let newest = match v0_4::StatusPolicyPre::new(pre.clone()) {
+            Ok(bound) => return Ok(Self::V0_4(bound)),
             Err(newest) => newest,
         };
+        if let Ok(bound) = v0_3::StatusPolicyPre::new(pre.clone()) {
+            return Ok(Self::V0_3(bound));
+        }
         if let Ok(bound) = v0_2::StatusPolicyPre::new(pre.clone()) {
             return Ok(Self::V0_2(bound));
         }
@@ -88,6 +103,7 @@ impl Bound {
     /// The contract version the component exports.
     pub fn contract(&self) -> &'static str {
         match self {
+            Self::V0_4(_) => "steward:status@0.4.0",
             Self::V0_3(_) => "steward:status@0.3.0",
             Self::V0_2(_) => "steward:status@0.2.0",
             Self::V0_1(_) => "steward:status@0.1.0",
@@ -96,6 +112,7 @@ impl Bound {
 
     pub fn engine(&self) -> &wasmtime::Engine {
         match self {
+            Self::V0_4(pre) => pre.engine(),
             Self::V0_3(pre) => pre.engine(),
             Self::V0_2(pre) => pre.engine(),
             Self::V0_1(pre) => pre.engine(),
@@ -104,6 +121,7 @@ impl Bound {
 
     pub fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Instance> {
         Ok(match self {
+            Self::V0_4(pre) => Instance::V0_4(pre.instantiate(store)?),
             Self::V0_3(pre) => Instance::V0_3(pre.instantiate(store)?),
             Self::V0_2(pre) => Instance::V0_2(pre.instantiate(store)?),
             Self::V0_1(pre) => Instance::V0_1(pre.instantiate(store)?),
@@ -114,6 +132,7 @@ impl Bound {
 impl Instance {
     pub fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<sdk::PolicyInfo> {
         Ok(match self {
+            Self::V0_4(p) => p.steward_status_policy().call_describe(store)?.into(),
             Self::V0_3(p) => p.steward_status_policy().call_describe(store)?.into(),
             Self::V0_2(p) => p.steward_status_policy().call_describe(store)?.into(),
             Self::V0_1(p) => p.steward_status_policy().call_describe(store)?.into(),
@@ -126,6 +145,9 @@ impl Instance {
         json: &str,
     ) -> wasmtime::Result<Result<(), String>> {
         match self {
+            Self::V0_4(p) => p
+                .steward_status_policy()
+                .call_validate_settings(store, json),
             Self::V0_3(p) => p
                 .steward_status_policy()
                 .call_validate_settings(store, json),
@@ -144,6 +166,10 @@ impl Instance {
         observation: &sdk::Observation,
     ) -> wasmtime::Result<Returned> {
         Ok(match self {
+            Self::V0_4(p) => p
+                .steward_status_policy()
+                .call_evaluate(store, &observation.into())?
+                .into(),
             Self::V0_3(p) => p
                 .steward_status_policy()
                 .call_evaluate(store, &observation.into())?
@@ -381,12 +407,13 @@ macro_rules! shared_conversions {
     };
 }
 
+shared_conversions!(v0_4);
 shared_conversions!(v0_3);
 shared_conversions!(v0_2);
 shared_conversions!(v0_1);
 
 /// `endpoint-status`: the fields every version has, plus those listed after
-/// the version. 0.3.0 added `revision`; 0.2.0 and 0.1.0 drop it.
+/// the version. 0.3.0 added `revision` (0.4.0 kept it); 0.2.0 and 0.1.0 drop it.
 macro_rules! endpoint_status_conversion {
     ($wit:ident $(, $added:ident)*) => {
         impl From<&sdk::EndpointStatus> for $wit::EndpointStatus {
@@ -416,11 +443,12 @@ macro_rules! endpoint_status_conversion {
     };
 }
 
+endpoint_status_conversion!(v0_4, revision);
 endpoint_status_conversion!(v0_3, revision);
 endpoint_status_conversion!(v0_2);
 endpoint_status_conversion!(v0_1);
 
-/// What 0.2.0 added and 0.3.0 kept: the host's finding, and a verdict that
+/// What 0.2.0 added and later versions kept: the host's finding, and a verdict that
 /// can only decline verification.
 macro_rules! finding_conversions {
     ($wit:ident) => {
@@ -462,9 +490,55 @@ macro_rules! finding_conversions {
     };
 }
 
+finding_conversions!(v0_4);
 finding_conversions!(v0_3);
 finding_conversions!(v0_2);
 
+impl From<&sdk::Observation> for v0_4::Observation {
+    fn from(o: &sdk::Observation) -> Self {
+        Self {
+            cluster: (&o.cluster).into(),
+            spec: (&o.spec).into(),
+            phase: o.phase.into(),
+            members: o.members.iter().map(Into::into).collect(),
+            probing: (&o.probing).into(),
+            quorum: (&o.quorum).into(),
+            history: (&o.history).into(),
+            backup: o.backup.as_ref().map(|b| v0_4::BackupFacts {
+                schedule: b.schedule.clone(),
+                schedule_created: b.schedule_created,
+                interval_ms: b.interval_ms,
+                last_success: b.last_success,
+            }),
+            tls: v0_4::TlsFacts {
+                client: o.tls.client,
+                client_cert_auth: o.tls.client_cert_auth,
+                peer: o.tls.peer,
+                certificates: o
+                    .tls
+                    .certificates
+                    .iter()
+                    .map(|c| v0_4::CertificateFacts {
+                        role: match c.role {
+                            sdk::CertificateRole::Serving => v0_4::CertificateRole::Serving,
+                            sdk::CertificateRole::Peer => v0_4::CertificateRole::Peer,
+                            sdk::CertificateRole::OperatorClient => {
+                                v0_4::CertificateRole::OperatorClient
+                            }
+                        },
+                        secret: c.secret.clone(),
+                        not_before: c.not_before,
+                        not_after: c.not_after,
+                    })
+                    .collect(),
+            },
+            now: o.now,
+            settings: o.settings.clone(),
+        }
+    }
+}
+
+/// 0.3.0 has no TLS facts: they are dropped.
 impl From<&sdk::Observation> for v0_3::Observation {
     fn from(o: &sdk::Observation) -> Self {
         Self {
@@ -542,9 +616,9 @@ impl From<v0_1::Verdict> for Returned {
 #[cfg(test)]
 mod tests {
     use steward_policy_sdk::{
-        BackupFacts, ClusterSpec, ConditionStatus, EndpointProbe, EndpointStatus, EtcdMember,
-        Member, MemberListOutcome, Observation, PodPhase, ProbeOutcome, ProbeReport, Probing,
-        QuorumFinding, QuorumReadOutcome,
+        BackupFacts, CertificateFacts, CertificateRole, ClusterSpec, ConditionStatus,
+        EndpointProbe, EndpointStatus, EtcdMember, Member, MemberListOutcome, Observation,
+        PodPhase, ProbeOutcome, ProbeReport, Probing, QuorumFinding, QuorumReadOutcome, TlsFacts,
     };
 
     use crate::cluster::evaluate::judge;
@@ -594,33 +668,58 @@ mod tests {
                 interval_ms: 86_400_000,
                 last_success: Some(now - 2 * 86_400_000 - 3_600_000),
             }),
+            tls: TlsFacts {
+                client: true,
+                client_cert_auth: true,
+                peer: true,
+                certificates: vec![CertificateFacts {
+                    role: CertificateRole::Peer,
+                    secret: "etcd-peer".into(),
+                    not_before: now - 80 * 86_400_000,
+                    not_after: now + 5 * 86_400_000,
+                }],
+            },
             now,
             settings: "{}".into(),
         }
     }
 
     /// The default policy is built against the current contract and sees
-    /// the backup facts; components of 0.2.0 and 0.1.0 still load and
-    /// evaluate the same observation, without them.
+    /// the TLS facts (an expiring certificate outranks the overdue backup);
+    /// a 0.3.0 component still loads and gets the backup facts; components
+    /// of 0.2.0 and 0.1.0 still load and evaluate the same observation,
+    /// without them.
     #[test]
-    fn each_contract_version_loads_and_evaluates_an_observation_with_backup_facts() {
+    fn each_contract_version_loads_and_evaluates_an_observation_with_tls_and_backup_facts() {
         let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
         let obs = observation();
 
         let current = engine.default_policy();
-        assert_eq!(current.contract(), "steward:status@0.3.0");
+        assert_eq!(current.contract(), "steward:status@0.4.0");
         let judged = judge(&obs, current.evaluate(&obs));
         assert!(judged.problem.is_none(), "{:?}", judged.problem);
         let degraded = judged.verdict.condition("Degraded").unwrap();
         assert_eq!(
             (degraded.status, degraded.reason.as_str()),
-            (ConditionStatus::True, "BackupOverdue"),
+            (ConditionStatus::True, "CertificateExpiringSoon"),
             "{degraded:?}"
         );
         assert!(
-            degraded.message.contains("schedule nightly"),
+            degraded
+                .message
+                .starts_with("the peer certificate in Secret etcd-peer expires in 5d"),
             "{degraded:?}"
         );
+
+        let v0_3 = engine
+            .load_file(env!("STEWARD_COMPAT_V0_3_POLICY_WASM"))
+            .expect("a 0.3.0 component loads");
+        assert_eq!(v0_3.contract(), "steward:status@0.3.0");
+        let judged = judge(&obs, v0_3.evaluate(&obs));
+        assert!(judged.problem.is_none(), "{:?}", judged.problem);
+        assert!(judged.verified);
+        let degraded = judged.verdict.condition("Degraded").unwrap();
+        assert_eq!(degraded.message, "backup schedule nightly");
 
         let v0_2 = engine
             .load_file(env!("STEWARD_COMPAT_V0_2_POLICY_WASM"))

@@ -7,10 +7,10 @@
 use std::fmt::Write as _;
 
 use steward_policy_sdk::{
-    AlarmKind, Condition, ConditionStatus, EndpointStatus, Event, EventType, HostPhase,
-    MemberListOutcome, MemberRole, Observation, PodPhase, PolicyInfo, ProbeError, ProbeErrorKind,
-    ProbeOutcome, ProbeReport, Probing, QuorumFinding, QuorumReadOutcome, UnverifiedKind, Verdict,
-    quorum,
+    AlarmKind, CertificateRole, Condition, ConditionStatus, EndpointStatus, Event, EventType,
+    HostPhase, MemberListOutcome, MemberRole, Observation, PodPhase, PolicyInfo, ProbeError,
+    ProbeErrorKind, ProbeOutcome, ProbeReport, Probing, QuorumFinding, QuorumReadOutcome,
+    UnverifiedKind, Verdict, quorum,
 };
 
 use crate::settings::{SCHEMA, Settings};
@@ -18,6 +18,7 @@ use crate::settings::{SCHEMA, Settings};
 pub const AVAILABLE: &str = "Available";
 pub const DEGRADED: &str = "Degraded";
 pub const BACKUP_OVERDUE: &str = "BackupOverdue";
+pub const CERTIFICATE_EXPIRING_SOON: &str = "CertificateExpiringSoon";
 
 /// etcd's default backend quota, used when spec.options.quotaBackendBytes is unset.
 pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -549,6 +550,15 @@ fn degraded(
             available.reason.clone(),
             available.message.clone(),
         )
+    } else if let Some(expiring) = report.and_then(|_| certificates_expiring(obs, settings)) {
+        // Before an overdue backup: an expired certificate is an outage
+        // at the next handshake. Not while unprobed (D10).
+        Condition::new(
+            DEGRADED,
+            ConditionStatus::True,
+            CERTIFICATE_EXPIRING_SOON,
+            expiring,
+        )
     } else if let Some(overdue) = report.and_then(|_| backup_overdue(obs, settings)) {
         // Last: Degraded has one reason, and a member or quorum fault is
         // the more urgent one. Not while unprobed, where Degraded follows
@@ -564,6 +574,60 @@ fn degraded(
         };
         Condition::new(DEGRADED, ConditionStatus::False, "MembersHealthy", message)
     }
+}
+
+/// The spec.tls certificates that expire within
+/// `certificateExpiryWarningDays` (or have expired), soonest first; None
+/// when none does.
+fn certificates_expiring(obs: &Observation, settings: &Settings) -> Option<String> {
+    let window = i64::from(settings.certificate_expiry_warning_days) * 86_400_000;
+    let mut soon: Vec<_> = obs
+        .tls
+        .certificates
+        .iter()
+        .filter(|c| c.not_after.saturating_sub(obs.now) <= window)
+        .collect();
+    if soon.is_empty() {
+        return None;
+    }
+    soon.sort_by_key(|c| c.not_after);
+    let mut message = String::with_capacity(200);
+    for (i, c) in soon.iter().enumerate() {
+        if message.len() > MESSAGE_BUDGET - 200 {
+            let _ = write!(message, "; and {} more", soon.len() - i);
+            break;
+        }
+        if i > 0 {
+            message.push_str("; ");
+        }
+        message.push_str("the ");
+        message.push_str(match c.role {
+            CertificateRole::Serving => "serving",
+            CertificateRole::Peer => "peer",
+            CertificateRole::OperatorClient => "operator's client",
+        });
+        message.push_str(" certificate in Secret ");
+        push_limited(&mut message, &c.secret, ERROR_EXCERPT);
+        let left = c.not_after.saturating_sub(obs.now);
+        if left > 0 {
+            message.push_str(" expires in ");
+            push_duration(&mut message, left);
+        } else {
+            message.push_str(" expired ");
+            push_duration(&mut message, -left);
+            message.push_str(" ago");
+        }
+        message.push_str(" (");
+        push_rfc3339(&mut message, c.not_after);
+        message.push(')');
+    }
+    let _ = write!(
+        message,
+        "; renew {} (certificateExpiryWarningDays {})",
+        if soon.len() == 1 { "it" } else { "them" },
+        settings.certificate_expiry_warning_days
+    );
+    Some(message)
 }
 
 /// Why a backup is overdue, or None while it is not: more than

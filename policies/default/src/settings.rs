@@ -17,6 +17,9 @@ pub struct Settings {
     /// A backup is overdue once more than this many intervals of the
     /// cluster's schedule have passed without one.
     pub backup_overdue_intervals: f64,
+    /// A spec.tls certificate that expires within this many days makes
+    /// the cluster Degraded.
+    pub certificate_expiry_warning_days: u32,
 }
 
 impl Default for Settings {
@@ -27,6 +30,7 @@ impl Default for Settings {
             db_size_warn_ratio: 0.8,
             unverified_requeue_seconds: 5,
             backup_overdue_intervals: 2.0,
+            certificate_expiry_warning_days: 14,
         }
     }
 }
@@ -38,9 +42,11 @@ const MAX_REQUEUE_SECONDS: u32 = 3_600;
 /// 1: at exactly one interval, a run that takes a little longer than the
 /// one before would read as overdue at every slot.
 const MAX_BACKUP_OVERDUE_INTERVALS: f64 = 1000.0;
+/// A year and a half: past a renewal cycle of any issuer.
+const MAX_CERTIFICATE_EXPIRY_WARNING_DAYS: u32 = 550;
 
 /// JSON Schema of [`Settings`], as `describe()` publishes it.
-pub const SCHEMA: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"steward-default-policy settings","type":"object","additionalProperties":false,"properties":{"staleAfterSeconds":{"type":"integer","minimum":1,"maximum":86400,"default":30,"description":"How long a verdict etcd verified is kept while the host cannot probe at all; then Available=Unknown (StatusStale)."},"learnerMaxLagEntries":{"type":"integer","minimum":0,"default":1000,"description":"A learner whose raft index trails the leader's by more than this makes the cluster Degraded."},"dbSizeWarnRatio":{"type":"number","exclusiveMinimum":0,"maximum":1,"default":0.8,"description":"Share of quotaBackendBytes (default 2 GiB) at which a member's db size makes the cluster Degraded."},"unverifiedRequeueSeconds":{"type":"integer","minimum":0,"maximum":3600,"default":5,"description":"Requeue hint while etcd has not verified the cluster; 0 leaves the host's default."},"backupOverdueIntervals":{"type":"number","exclusiveMinimum":1,"maximum":1000,"default":2.0,"description":"Degraded=True (BackupOverdue) once more than this many intervals of the cluster's most frequent active EtcdBackupSchedule passed without a verified snapshot."}}}"#;
+pub const SCHEMA: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"steward-default-policy settings","type":"object","additionalProperties":false,"properties":{"staleAfterSeconds":{"type":"integer","minimum":1,"maximum":86400,"default":30,"description":"How long a verdict etcd verified is kept while the host cannot probe at all; then Available=Unknown (StatusStale)."},"learnerMaxLagEntries":{"type":"integer","minimum":0,"default":1000,"description":"A learner whose raft index trails the leader's by more than this makes the cluster Degraded."},"dbSizeWarnRatio":{"type":"number","exclusiveMinimum":0,"maximum":1,"default":0.8,"description":"Share of quotaBackendBytes (default 2 GiB) at which a member's db size makes the cluster Degraded."},"unverifiedRequeueSeconds":{"type":"integer","minimum":0,"maximum":3600,"default":5,"description":"Requeue hint while etcd has not verified the cluster; 0 leaves the host's default."},"backupOverdueIntervals":{"type":"number","exclusiveMinimum":1,"maximum":1000,"default":2.0,"description":"Degraded=True (BackupOverdue) once more than this many intervals of the cluster's most frequent active EtcdBackupSchedule passed without a verified snapshot."},"certificateExpiryWarningDays":{"type":"integer","minimum":1,"maximum":550,"default":14,"description":"Degraded=True (CertificateExpiringSoon) once a certificate of the spec.tls Secrets expires within this many days."}}}"#;
 
 impl Settings {
     /// Parses settings JSON text and checks ranges; the error is shown to users as is.
@@ -89,6 +95,14 @@ impl Settings {
             return Err(format!(
                 "invalid settings: backupOverdueIntervals must be greater than 1 and at most {MAX_BACKUP_OVERDUE_INTERVALS}, got {}",
                 self.backup_overdue_intervals
+            ));
+        }
+        if !(1..=MAX_CERTIFICATE_EXPIRY_WARNING_DAYS)
+            .contains(&self.certificate_expiry_warning_days)
+        {
+            return Err(format!(
+                "invalid settings: certificateExpiryWarningDays must be between 1 and {MAX_CERTIFICATE_EXPIRY_WARNING_DAYS}, got {}",
+                self.certificate_expiry_warning_days
             ));
         }
         Ok(())

@@ -168,6 +168,34 @@ test('evaluate receives the backup facts as the host sent them, undefined when n
   assert.deepEqual(seen, [backup, undefined]);
 });
 
+test('evaluate receives the TLS facts as the host sent them, all false without them', () => {
+  const seen = [];
+  const policy = definePolicy({
+    name: 'p',
+    version: '1',
+    evaluate: (obs) => {
+      seen.push(obs.tls);
+      return { conditions: [condition('Available', true, 'R'), condition('Degraded', false, 'R')] };
+    },
+  });
+  const tls = {
+    client: true,
+    clientCertAuth: true,
+    peer: true,
+    certificates: [
+      { role: 'serving', secret: 'etcd-server-tls', notBefore: 1790000000000n, notAfter: 1797000000000n },
+      { role: 'peer', secret: 'etcd-peer-tls', notBefore: 1790000000000n, notAfter: 1798000000000n },
+      { role: 'operator-client', secret: 'etcd-operator-client-tls', notBefore: 1790000000000n, notAfter: 1796256000000n },
+    ],
+  };
+  policy.evaluate({ settings: '{}', quorum: verified(1n), tls, now: 1796169600000n });
+  policy.evaluate({ settings: '{}', quorum: verified(1n), now: 1796169600000n });
+  assert.deepEqual(seen, [tls, { client: false, clientCertAuth: false, peer: false, certificates: [] }]);
+  const soonest = seen[0].certificates.reduce((a, b) => (b.notAfter < a.notAfter ? b : a));
+  assert.deepEqual([soonest.role, soonest.notAfter - 1796169600000n], ['operator-client', 86400000n]);
+  assert.equal(readObservation({ quorum: verified(1n), tls, now: 1n }).tls, tls);
+});
+
 test('a verdict declines the finding with a reason, and cannot claim verification', () => {
   const policyReturning = (parts) =>
     definePolicy({ name: 'p', version: '1', evaluate: () => ({ conditions: [condition('Available', true, 'R')], ...parts }) });

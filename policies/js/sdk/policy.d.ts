@@ -14,9 +14,9 @@ import type {
   QuorumFindingVerified,
   UnverifiedQuorum,
   Verdict,
-} from 'steward:status/types@0.3.0';
+} from 'steward:status/types@0.4.0';
 
-export type * from 'steward:status/types@0.3.0';
+export type * from 'steward:status/types@0.4.0';
 
 export declare const AVAILABLE: 'Available';
 export declare const DEGRADED: 'Degraded';
@@ -60,8 +60,14 @@ export type ObservationParts = Omit<Observation, 'quorum'>;
 
 /** The WIT finding read for a policy (a finding already read is returned as it is). */
 export declare function readQuorum(finding: QuorumFinding | Quorum): Quorum;
-/** The WIT observation as evaluate receives it (for unit tests of a policy's own evaluate). */
-export declare function readObservation(observation: Observation | PolicyObservation): PolicyObservation;
+/**
+ * The WIT observation as evaluate receives it (for unit tests of a policy's
+ * own evaluate); one without `tls` reads as a cluster without spec.tls (all
+ * false, no certificates).
+ */
+export declare function readObservation(
+  observation: Observation | PolicyObservation | Omit<Observation | PolicyObservation, 'tls'>,
+): PolicyObservation;
 
 /** floor(n/2) + 1. */
 export declare function quorum(n: number): number;
@@ -151,7 +157,7 @@ export interface PolicyDefinition<P extends SettingsSchema> {
   evaluate(observation: PolicyObservation, settings: SettingsOf<P>): VerdictParts;
 }
 
-/** The object componentize-js binds to `steward:status/policy@0.3.0`. */
+/** The object componentize-js binds to `steward:status/policy@0.4.0`. */
 export interface PolicyExport {
   describe(): PolicyInfo;
   /** Throws the rejection message (a string), which becomes result::err. */

@@ -1,7 +1,7 @@
 // The etcd-steward status-policy SDK for JavaScript.
 //
 // A policy is an ES module exporting `policy`, the object componentize-js
-// binds to the WIT interface `steward:status/policy@0.3.0` (see wit/):
+// binds to the WIT interface `steward:status/policy@0.4.0` (see wit/):
 //
 //   import { definePolicy, condition } from './sdk/policy.js';
 //   export const policy = definePolicy({ name, version, settings, evaluate });
@@ -13,6 +13,8 @@
 // option is undefined, and u64/s64 (member IDs, sizes, timestamps) are BigInt.
 // One field differs: evaluate gets `observation.quorum`, the host's finding,
 // read by readQuorum (`quorum.verified`, `.leader`, `.unverified`, ...).
+// `observation.tls` is always there: an observation without one (written by
+// hand) reads as a cluster without spec.tls.
 //
 // Verification is the host's: a verdict cannot claim it, only decline it
 // (`declineVerification: 'reason'`), and the host rejects Available=True while
@@ -160,11 +162,16 @@ export function readQuorum(finding) {
 
 /**
  * The observation as evaluate receives it: the WIT record with `quorum`
- * read by readQuorum. For unit tests that call a policy's own evaluate
- * with an observation written in the WIT's shape.
+ * read by readQuorum, and `tls` as the host sends it without spec.tls (all
+ * false, no certificates) when it has none. For unit tests that call a
+ * policy's own evaluate with an observation written in the WIT's shape.
  */
 export function readObservation(observation) {
-  return { ...observation, quorum: readQuorum(observation.quorum) };
+  return {
+    ...observation,
+    quorum: readQuorum(observation.quorum),
+    tls: observation.tls ?? { client: false, clientCertAuth: false, peer: false, certificates: [] },
+  };
 }
 
 // ------------------------------------------------------ conditions and events

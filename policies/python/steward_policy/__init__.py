@@ -2,7 +2,7 @@
 
 A status policy is a pure function from an observation of one EtcdCluster to
 a verdict (see ``wit/status-policy.wit``, the whole contract,
-``steward:status@0.3.0``). This package lets an author write only that
+``steward:status@0.4.0``). This package lets an author write only that
 function:
 
     import steward_policy as sp
@@ -51,6 +51,8 @@ from wit_world import exports as _exports
 from wit_world.imports.types import (
     AlarmKind,
     BackupFacts,
+    CertificateFacts,
+    CertificateRole,
     ClusterRef,
     ClusterSpec,
     Condition,
@@ -88,6 +90,7 @@ from wit_world.imports.types import (
     QuorumFinding_Unverified,
     QuorumFinding_Verified,
     Termination,
+    TlsFacts,
     UnverifiedKind,
     UnverifiedQuorum,
     Verdict,
@@ -99,6 +102,8 @@ __all__ = [
     # WIT types
     "AlarmKind",
     "BackupFacts",
+    "CertificateFacts",
+    "CertificateRole",
     "ClusterRef",
     "ClusterSpec",
     "Condition",
@@ -136,6 +141,7 @@ __all__ = [
     "QuorumFinding_Unverified",
     "QuorumFinding_Verified",
     "Termination",
+    "TlsFacts",
     "UnverifiedKind",
     "UnverifiedQuorum",
     "Verdict",
@@ -173,8 +179,8 @@ __all__ = [
     "warning",
 ]
 
-#: The SDK's version; it targets the WIT package steward:status@0.3.0.
-__version__ = "0.3.0"
+#: The SDK's version; it targets the WIT package steward:status@0.4.0.
+__version__ = "0.4.0"
 
 AVAILABLE = "Available"
 DEGRADED = "Degraded"
@@ -258,6 +264,11 @@ class Observation:
     #: ``.schedule_created``, ``.interval_ms``, ``.last_success``); None when no
     #: active EtcdBackupSchedule names the cluster.
     backup: BackupFacts | None
+    #: The cluster's TLS (``.client``, ``.client_cert_auth``, ``.peer``, and
+    #: ``.certificates``: each a :class:`CertificateFacts` with ``.role``, a
+    #: :class:`CertificateRole`, ``.secret``, ``.not_before`` and ``.not_after``
+    #: in Unix ms); all False and no certificates without spec.tls.
+    tls: TlsFacts
     now: int
     settings: str
 
@@ -272,6 +283,7 @@ class Observation:
             Quorum(o.quorum),
             o.history,
             o.backup,
+            o.tls,
             o.now,
             o.settings,
         )

@@ -19,8 +19,15 @@ from componentize_py_types import Err
 TABLE = Path(__file__).resolve().parents[2] / "js" / "scripts" / "settings-errors.json"
 
 
+# What the host sends for a cluster without spec.tls.
+NO_TLS = sp.TlsFacts(False, False, False, [])
+
+
 def observation(
-    quorum: sp.QuorumFinding, settings: str = "{}", backup: sp.BackupFacts | None = None
+    quorum: sp.QuorumFinding,
+    settings: str = "{}",
+    backup: sp.BackupFacts | None = None,
+    tls: sp.TlsFacts = NO_TLS,
 ) -> sp.WitObservation:
     """A WIT observation of one answering member, with the given finding."""
     member = sp.Member("etcd-a", sp.MemberRole.VOTER, 0xA1, "https://etcd-a:2379", sp.PodPhase.RUNNING,
@@ -40,6 +47,7 @@ def observation(
         quorum,
         sp.History(None, 0, []),
         backup,
+        tls,
         1796169600000,
         settings,
     )
@@ -115,6 +123,47 @@ class TheBackup(unittest.TestCase):
             ("nightly", 1790000000000, 86400000, 1795993200000),
         )
         self.assertIsNone(seen[1].backup)
+
+
+class TheTls(unittest.TestCase):
+    def test_evaluate_receives_the_tls_facts_all_false_without_spec_tls(self) -> None:
+        seen: list[sp.Observation] = []
+
+        def evaluate(obs: sp.Observation) -> sp.Verdict:
+            seen.append(obs)
+            return sp.verdict([sp.available(obs.quorum.verified, "R"), sp.degraded(False, "R")])
+
+        facts = sp.TlsFacts(
+            True,
+            True,
+            True,
+            [
+                sp.CertificateFacts(sp.CertificateRole.SERVING, "etcd-server-tls", 1790000000000, 1797000000000),
+                sp.CertificateFacts(sp.CertificateRole.PEER, "etcd-peer-tls", 1790000000000, 1798000000000),
+                sp.CertificateFacts(
+                    sp.CertificateRole.OPERATOR_CLIENT, "etcd-operator-client-tls", 1790000000000, 1796256000000
+                ),
+            ],
+        )
+        policy_returning(evaluate).evaluate(observation(VERIFIED, tls=facts))
+        policy_returning(evaluate).evaluate(observation(VERIFIED))
+        tls = seen[0].tls
+        self.assertEqual((tls.client, tls.client_cert_auth, tls.peer), (True, True, True))
+        self.assertEqual(
+            [(c.role, c.secret, c.not_before, c.not_after) for c in tls.certificates],
+            [
+                (sp.CertificateRole.SERVING, "etcd-server-tls", 1790000000000, 1797000000000),
+                (sp.CertificateRole.PEER, "etcd-peer-tls", 1790000000000, 1798000000000),
+                (sp.CertificateRole.OPERATOR_CLIENT, "etcd-operator-client-tls", 1790000000000, 1796256000000),
+            ],
+        )
+        # The soonest expiry is the policy's to find, against obs.now.
+        soonest = min(tls.certificates, key=lambda c: c.not_after)
+        self.assertEqual(
+            (soonest.role, soonest.not_after - seen[0].now), (sp.CertificateRole.OPERATOR_CLIENT, 86400000)
+        )
+        none = seen[1].tls
+        self.assertEqual((none.client, none.client_cert_auth, none.peer, none.certificates), (False, False, False, []))
 
 
 class TheAnswers(unittest.TestCase):

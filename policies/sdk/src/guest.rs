@@ -169,6 +169,26 @@ fn observation_from_wit(o: w::Observation) -> Observation {
             interval_ms: b.interval_ms,
             last_success: b.last_success,
         }),
+        tls: sdk::TlsFacts {
+            client: o.tls.client,
+            client_cert_auth: o.tls.client_cert_auth,
+            peer: o.tls.peer,
+            certificates: o
+                .tls
+                .certificates
+                .into_iter()
+                .map(|c| sdk::CertificateFacts {
+                    role: match c.role {
+                        w::CertificateRole::Serving => sdk::CertificateRole::Serving,
+                        w::CertificateRole::Peer => sdk::CertificateRole::Peer,
+                        w::CertificateRole::OperatorClient => sdk::CertificateRole::OperatorClient,
+                    },
+                    secret: c.secret,
+                    not_before: c.not_before,
+                    not_after: c.not_after,
+                })
+                .collect(),
+        },
         now: o.now,
         settings: o.settings,
     }

@@ -1,4 +1,4 @@
-//! Plain Rust types for the `steward:status@0.3.0` contract (`wit/status-policy.wit`).
+//! Plain Rust types for the `steward:status@0.4.0` contract (`wit/status-policy.wit`).
 //!
 //! They mirror the WIT records one to one, and carry the serde shape of
 //! observation and test-case YAML files: every field camelCase, every enum
@@ -398,6 +398,56 @@ pub struct BackupFacts {
     pub last_success: Option<TimestampMs>,
 }
 
+/// Which certificate of spec.tls (`certificate-role` in the WIT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
+pub enum CertificateRole {
+    /// spec.tls.client.serverSecretRef: what members serve to clients.
+    Serving,
+    /// spec.tls.peer.secretRef: what members present to each other.
+    Peer,
+    /// spec.tls.client.operatorClientSecretRef: what the host presents.
+    OperatorClient,
+}
+
+/// The leaf certificate of a Secret's `tls.crt` (`certificate-facts`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CertificateFacts {
+    pub role: CertificateRole,
+    /// The Secret's name, in the cluster's namespace.
+    pub secret: String,
+    pub not_before: TimestampMs,
+    pub not_after: TimestampMs,
+}
+
+/// spec.tls as the host found it (`tls-facts`); the default is a cluster
+/// without TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "testing", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsFacts {
+    /// Members serve https on the client port.
+    #[serde(default)]
+    pub client: bool,
+    /// Members require client certificates.
+    #[serde(default)]
+    pub client_cert_auth: bool,
+    /// Members talk to each other over mutual TLS.
+    #[serde(default)]
+    pub peer: bool,
+    /// Each certificate the host could read and parse.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateFacts>,
+}
+
+impl TlsFacts {
+    fn is_off(&self) -> bool {
+        *self == TlsFacts::default()
+    }
+}
+
 /// What the host saw of one cluster: the policy's whole input.
 ///
 /// `quorum` is the host's finding from `probing` ([`QuorumFinding::of`]),
@@ -416,6 +466,9 @@ pub struct Observation {
     /// None when no active EtcdBackupSchedule names the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupFacts>,
+    /// The cluster's TLS; the default without spec.tls.
+    #[serde(default, skip_serializing_if = "TlsFacts::is_off")]
+    pub tls: TlsFacts,
     pub now: TimestampMs,
     /// The cluster's settings for its policy, as JSON text ("{}" when it
     /// sets none). Files write them as a YAML mapping.
@@ -445,6 +498,9 @@ struct ObservationFile {
     /// The cluster's backups; absent when no active schedule names it.
     #[serde(default)]
     backup: Option<BackupFacts>,
+    /// The cluster's TLS; absent without spec.tls.
+    #[serde(default)]
+    tls: TlsFacts,
     now: TimestampMs,
     /// The cluster's settings for its policy (a mapping).
     #[serde(default = "settings::empty", with = "settings")]
@@ -479,6 +535,7 @@ impl TryFrom<ObservationFile> for Observation {
             probing: f.probing,
             history: f.history,
             backup: f.backup,
+            tls: f.tls,
             now: f.now,
             settings: f.settings,
         })

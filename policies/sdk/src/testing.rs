@@ -559,7 +559,7 @@ pub fn case_file_schema() -> serde_json::Value {
         );
         object.insert(
             "title".into(),
-            "etcd-steward policy test cases (steward:status@0.3.0)".into(),
+            "etcd-steward policy test cases (steward:status@0.4.0)".into(),
         );
     }
     schema

@@ -151,6 +151,22 @@ impl Pki {
         self.sign(file, params)
     }
 
+    /// As [`Pki::client`], but valid only until the start of `until`
+    /// (year, month, day, UTC).
+    pub fn client_valid_until(
+        &self,
+        file: &str,
+        user: &str,
+        until: (i32, u8, u8),
+    ) -> Result<CertFiles> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(user, &[]);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+        self.sign(file, params)
+    }
+
     fn sign(&self, file: &str, mut params: CertificateParams) -> Result<CertFiles> {
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,

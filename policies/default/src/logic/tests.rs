@@ -68,6 +68,7 @@ fn observation(desired: u32, members: Vec<Member>, endpoints: Vec<EndpointProbe>
         probing,
         history: Default::default(),
         backup: None,
+        tls: Default::default(),
         now: 1_796_169_600_000,
         settings: "{}".to_owned(),
     }
