@@ -155,7 +155,16 @@ async fn tls_secrets(
     dir: &Path,
 ) -> anyhow::Result<steward_testbed::pki::Pki> {
     let pki = steward_testbed::pki::Pki::create(&dir.join("tls"))?;
-    let certs = steward_testbed::etcd_tls::EtcdCerts::issue(&pki, "example", "default", "1")?;
+    // The sandbox's Pods have loopback addresses, so a member's peer
+    // connections come from 127.0.0.1, which its peer certificate must
+    // name (etcd checks it); the tests' Pods have addresses of their own.
+    let certs = steward_testbed::etcd_tls::EtcdCerts::issue_with_peer_hosts(
+        &pki,
+        "example",
+        "default",
+        "1",
+        &["127.0.0.1"],
+    )?;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), "default");
     for secret in certs.secrets("example", "default", pki.ca_pem()) {

@@ -119,9 +119,10 @@ impl Transition {
 }
 
 /// The conditions whose status differs between `before` and `after`, and
-/// `Available` or `Degraded` staying bad for a new reason: the cause
-/// changed (members down, then a certificate refused), which is news to
-/// the person on call although the status is not.
+/// `Available` staying bad for a new reason: the cause changed (members
+/// down, then a certificate refused), which is news to the person on call
+/// although the status is not. Only `Available`: `Degraded` repeats its
+/// reason while it is False, which would double every such Event.
 ///
 /// A condition first appearing as Unknown is not a transition: nothing was
 /// learned. A condition disappearing is not reported either; [`desired`]
@@ -133,11 +134,7 @@ pub fn transitions(before: &[MetaCondition], after: &[MetaCondition]) -> Vec<Tra
             let to = parse_status(&a.status);
             let prev = before.iter().find(|b| b.type_ == a.type_);
             let from = prev.map(|b| parse_status(&b.status));
-            let bad = match a.type_.as_str() {
-                AVAILABLE => to != ConditionStatus::True,
-                DEGRADED => to == ConditionStatus::True,
-                _ => false,
-            };
+            let bad = a.type_ == AVAILABLE && to != ConditionStatus::True;
             let changed = match (from, prev) {
                 (Some(from), Some(prev)) => from != to || (bad && prev.reason != a.reason),
                 _ => to != ConditionStatus::Unknown,

@@ -141,11 +141,22 @@ impl RpcError {
     }
 
     /// The policy-facing form. The RPC and endpoint lead the message so a
-    /// condition message built from it says where the fault was.
+    /// condition message built from it says where the fault was; a TLS
+    /// hint (what is wrong with which certificate) goes before them, so a
+    /// policy that quotes only the start keeps it whole.
     pub fn to_probe_error(&self) -> ProbeError {
+        let message = match super::classify::leading_tls_hint(&self.message) {
+            Some(hint) if self.kind == ProbeErrorKind::Tls => format!(
+                "{hint}: {} {}: {}",
+                self.rpc,
+                self.endpoint,
+                &self.message[hint.len() + 2..]
+            ),
+            _ => format!("{} {}: {}", self.rpc, self.endpoint, self.message),
+        };
         ProbeError {
             kind: self.kind,
-            message: format!("{} {}: {}", self.rpc, self.endpoint, self.message),
+            message,
         }
     }
 }
@@ -523,6 +534,44 @@ impl<T: EtcdApi + ?Sized> EtcdApi for std::sync::Arc<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TLS hint leads the policy's message, whole within the 120 bytes
+    /// the default policy quotes; other errors keep the RPC first.
+    #[test]
+    fn a_tls_hint_leads_the_policys_message() {
+        let err = etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+            "transport error: invalid peer certificate: UnknownIssuer",
+        ));
+        let (kind, message) = super::super::classify::classify(&err);
+        let e = RpcError::new(
+            Rpc::Status,
+            "https://a-cluster-with-a-long-name-1a2b3c.a-cluster-with-a-long-name.production-namespace.svc:2379",
+            kind,
+            message,
+        )
+        .to_probe_error();
+        let quoted: String = e.message.chars().take(120).collect();
+        assert!(
+            quoted.contains("ca.crt of spec.tls.client.serverSecretRef"),
+            "{quoted}"
+        );
+        assert!(
+            e.message.contains(": Status https://a-cluster"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.ends_with("UnknownIssuer"), "{}", e.message);
+        let plain = RpcError::new(
+            Rpc::Status,
+            "http://x:2379",
+            ProbeErrorKind::Refused,
+            "refused",
+        );
+        assert_eq!(
+            plain.to_probe_error().message,
+            "Status http://x:2379: refused"
+        );
+    }
 
     #[test]
     fn etcds_not_yet_answers_to_a_membership_change_are_waits() {

@@ -42,35 +42,76 @@ pub fn classify(err: &etcd_client::Error) -> (ProbeErrorKind, String) {
     (kind, message)
 }
 
-/// What a TLS failure means for the person fixing it, named first and
-/// short (the default policy quotes 120 bytes of an error). rustls says it in its own
-/// terms (`invalid peer certificate: UnknownIssuer`, `received fatal
-/// alert: CertificateExpired`); the first are the member's certificate as
-/// the operator judged it, the alerts are the member's verdict on the
-/// operator's certificate.
+/// What a TLS failure means for the person fixing it: (what the client's
+/// text contains, lower-case; the hint), first match wins. rustls says it
+/// in its own terms (`invalid peer certificate: UnknownIssuer`, `received
+/// fatal alert: CertificateExpired`); the first are the member's
+/// certificate as the operator judged it, the alerts are the member's
+/// verdict on the operator's certificate, or (InternalError) on its own.
+/// Hints stay short: with the RPC and endpoint after them
+/// ([`super::RpcError::to_probe_error`]), a policy quoting 120 bytes keeps
+/// them whole.
+const TLS_HINTS: &[(&[&str], &str)] = &[
+    (
+        &["fatal alert: certificateexpired"],
+        "client certificate refused as expired (renew spec.tls.client.operatorClientSecretRef)",
+    ),
+    (
+        &["fatal alert: unknownca"],
+        "client certificate refused: not signed by the members' CA (spec.tls.client.operatorClientSecretRef)",
+    ),
+    (
+        &["fatal alert: certificaterequired"],
+        "the members require a client certificate (set spec.tls.client.operatorClientSecretRef)",
+    ),
+    (
+        &[
+            "fatal alert: badcertificate",
+            "fatal alert: unsupportedcertificate",
+            "fatal alert: certificateunknown",
+            "fatal alert: accessdenied",
+        ],
+        "client certificate refused (see spec.tls.client.operatorClientSecretRef)",
+    ),
+    (
+        // Go's TLS server cannot load its own certificate and key, e.g. a
+        // renewal that put a new tls.crt beside the old tls.key.
+        &["fatal alert: internalerror"],
+        "the member could not load its certificate (do tls.crt and tls.key match?)",
+    ),
+    (
+        &["certificate expired", "certificate: expired"],
+        "serving certificate expired (renew spec.tls.client.serverSecretRef)",
+    ),
+    (
+        &["notvalidyet", "not valid yet"],
+        "serving certificate not valid yet (check its notBefore and the clocks)",
+    ),
+    (
+        // BadSignature: a CA of the same name as ca.crt's, another key.
+        &["unknownissuer", "unknown issuer", "badsignature"],
+        "serving certificate not signed by the CA in ca.crt of spec.tls.client.serverSecretRef",
+    ),
+    (
+        &["notvalidforname", "not valid for name"],
+        "serving certificate does not name <member>.<cluster>.<namespace>.svc, the address dialled",
+    ),
+];
+
 fn tls_diagnosis(message: &str) -> Option<&'static str> {
     let text = message.to_ascii_lowercase();
-    let has = |n: &str| text.contains(n);
-    Some(if has("fatal alert: certificateexpired") {
-        "client certificate refused as expired (renew spec.tls.client.operatorClientSecretRef)"
-    } else if has("fatal alert: unknownca") {
-        "client certificate refused: not signed by the members' CA (spec.tls.client.operatorClientSecretRef)"
-    } else if has("fatal alert: certificaterequired") {
-        "the members require a client certificate (set spec.tls.client.operatorClientSecretRef)"
-    } else if has("fatal alert") {
-        "client certificate refused (see spec.tls.client.operatorClientSecretRef)"
-    } else if has("expired") {
-        "serving certificate expired (renew spec.tls.client.serverSecretRef)"
-    } else if has("notvalidyet") || has("not valid yet") {
-        "serving certificate not valid yet (check its notBefore and the clocks)"
-    } else if has("unknownissuer") || has("unknown issuer") || has("badsignature") {
-        // BadSignature: a CA of the same name as ca.crt's, another key.
-        "serving certificate not signed by the CA in ca.crt of spec.tls.client.serverSecretRef"
-    } else if has("notvalidforname") || has("not valid for name") {
-        "serving certificate does not name <member>.<cluster>.<namespace>.svc, the address dialled"
-    } else {
-        return None;
-    })
+    TLS_HINTS
+        .iter()
+        .find(|(needles, _)| needles.iter().any(|n| text.contains(n)))
+        .map(|(_, hint)| *hint)
+}
+
+/// The hint a classified TLS message starts with, if any.
+pub fn leading_tls_hint(message: &str) -> Option<&'static str> {
+    TLS_HINTS
+        .iter()
+        .map(|(_, hint)| *hint)
+        .find(|hint| message.starts_with(hint) && message[hint.len()..].starts_with(": "))
 }
 
 #[derive(Default)]

@@ -140,6 +140,10 @@ struct Cached {
 /// its next handshake, which an established connection never makes, so
 /// without a fresh handshake the operator would report a certificate that
 /// new clients no longer see. One handshake per member per period.
+/// Not for a client that authenticated (etcd auth on): a new one would
+/// start without a token and authenticate again, a raft proposal, every
+/// period; those are made again only when the Secrets, the credentials or
+/// the member's address change (docs/api.md, "TLS").
 pub const TLS_HANDSHAKE_MAX_AGE: Duration = Duration::from_secs(30);
 
 impl EtcdClient {
@@ -235,6 +239,7 @@ impl EtcdClient {
             && cached.addrs == addrs
             && cached.epoch == epoch
             && !(endpoint.starts_with("https://")
+                && !cached.authenticated
                 && cached.dialled.elapsed() > TLS_HANDSHAKE_MAX_AGE)
         {
             return Ok(cached.client.clone());

@@ -34,6 +34,20 @@ impl EtcdCerts {
     /// Generation `generation` (a suffix of the files' names in the CA's
     /// directory).
     pub fn issue(pki: &Pki, cluster: &str, namespace: &str, generation: &str) -> Result<Self> {
+        Self::issue_with_peer_hosts(pki, cluster, namespace, generation, &[])
+    }
+
+    /// As [`EtcdCerts::issue`], the peer certificate naming `peer_hosts`
+    /// too. etcd checks a peer's client certificate against the address
+    /// the connection comes from; where Pods share the machine's loopback
+    /// (the sandbox), that address is 127.0.0.1.
+    pub fn issue_with_peer_hosts(
+        pki: &Pki,
+        cluster: &str,
+        namespace: &str,
+        generation: &str,
+        peer_hosts: &[&str],
+    ) -> Result<Self> {
         let names = Self::server_names(cluster, namespace);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         // Serving and client: etcd's gateway presents its serving
@@ -41,10 +55,11 @@ impl EtcdCerts {
         let server =
             pki.serving_and_client(&format!("{cluster}-server-{generation}"), "etcd", &names)?;
         // The peer port is dialled by member address only.
+        let peer_names: Vec<&str> = names[..1].iter().chain(peer_hosts).copied().collect();
         let peer = pki.serving_and_client(
             &format!("{cluster}-peer-{generation}"),
             "etcd-peer",
-            &names[..1],
+            &peer_names,
         )?;
         let operator = pki.client(
             &format!("{cluster}-operator-{generation}"),

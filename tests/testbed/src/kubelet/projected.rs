@@ -7,9 +7,10 @@
 //! Files are written as the kubelet's AtomicWriter writes them: the payload
 //! in a fresh hidden directory, `..data` a symlink to it, and every visible
 //! name a symlink through `..data`. An update swaps `..data` with one
-//! rename, so a process that opens `tls.crt` and then `tls.key` never sees
-//! the new certificate with the old key for longer than that swap, and
-//! never a half-written file. The worker calls [`populate`] again every
+//! rename, so a reader never sees a half-written file or a payload mixed
+//! from two versions by the writer; a process that opens `tls.crt` before
+//! the swap and `tls.key` after it still gets a mismatched pair, as on a
+//! real node. The worker calls [`populate`] again every
 //! sync period, so a changed Secret reaches running containers, as it does
 //! with a real kubelet; an unchanged payload writes nothing.
 
@@ -31,9 +32,9 @@ use serde_json::json;
 /// (the ServiceAccount admission plugin asks for 3607 s).
 const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 
-/// The tokens a volume holds, by path: reused until 80 % of their lifetime
-/// has passed, as the kubelet's token manager refreshes them, so a resync
-/// does not ask the apiserver for a token every period.
+/// The tokens a volume holds, by path, with when to ask again: after 80 %
+/// of the lifetime the apiserver granted, as the kubelet's token manager
+/// refreshes them, so a resync does not ask for a token every period.
 #[derive(Default)]
 pub(crate) struct Tokens(BTreeMap<String, (Instant, Vec<u8>)>);
 
@@ -58,9 +59,8 @@ pub(crate) async fn populate(
     for source in volume.sources.iter().flatten() {
         if let Some(t) = &source.service_account_token {
             let lifetime = t.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
-            let refresh_after = Duration::from_secs(lifetime.max(1) as u64 * 8 / 10);
-            if let Some((at, token)) = tokens.0.get(&t.path)
-                && at.elapsed() < refresh_after
+            if let Some((refresh_at, token)) = tokens.0.get(&t.path)
+                && Instant::now() < *refresh_at
             {
                 files.insert(t.path.clone(), token.clone());
                 continue;
@@ -90,14 +90,21 @@ pub(crate) async fn populate(
                 .create_token_request(&sa, &PostParams::default(), &request)
                 .await
                 .map_err(|e| format!("requesting a token for serviceaccount {sa:?}: {e}"))?;
-            let token = token
-                .status
-                .map(|s| s.token)
-                .unwrap_or_default()
-                .unwrap_or_default();
-            tokens
-                .0
-                .insert(t.path.clone(), (Instant::now(), token.clone().into_bytes()));
+            let status = token.status.unwrap_or_default();
+            // The lifetime granted, which the apiserver may have capped.
+            let granted = status
+                .expiration_timestamp
+                .map(|e| e.0.as_second() - jiff::Timestamp::now().as_second())
+                .unwrap_or(lifetime)
+                .max(1);
+            let token = status.token.unwrap_or_default();
+            tokens.0.insert(
+                t.path.clone(),
+                (
+                    Instant::now() + Duration::from_secs(granted as u64 * 8 / 10),
+                    token.clone().into_bytes(),
+                ),
+            );
             files.insert(t.path.clone(), token.into_bytes());
         }
         if let Some(c) = &source.config_map {
@@ -188,10 +195,10 @@ fn project(
 /// container's bind mount of `dir` too.
 fn write_all(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: i32) -> Result<bool, String> {
     use std::os::unix::fs::PermissionsExt;
-    let io = |what: &str, p: &Path| {
+    let io = |what: &str, p: &Path| -> Box<dyn FnOnce(std::io::Error) -> String> {
         let what = what.to_owned();
         let p = p.display().to_string();
-        move |e: std::io::Error| format!("{what} {p}: {e}")
+        Box::new(move |e: std::io::Error| format!("{what} {p}: {e}"))
     };
     // Directories 0755 and files defaultMode (0644 unless the Pod says
     // otherwise), as a kubelet writes them: readable by any user a
@@ -211,7 +218,26 @@ fn write_all(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: i32) -> Result
         .strftime("..%Y_%m_%d_%H_%M_%S.%9f")
         .to_string();
     let payload = dir.join(&stamp);
-    mkdir(&payload)?;
+    let written = write_payload(&payload, files, mode, &mkdir, &io);
+    if let Err(e) = written {
+        // No half payload (with a key in it) left behind for each retry.
+        let _ = std::fs::remove_dir_all(&payload);
+        return Err(e);
+    }
+    swap(dir, &data, &stamp, files, previous, &io)
+}
+
+type IoErr = dyn Fn(&str, &Path) -> Box<dyn FnOnce(std::io::Error) -> String>;
+
+fn write_payload(
+    payload: &Path,
+    files: &BTreeMap<String, Vec<u8>>,
+    mode: i32,
+    mkdir: &dyn Fn(&Path) -> Result<(), String>,
+    io: &IoErr,
+) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    mkdir(payload)?;
     for (path, bytes) in files {
         // Paths come from the Pod spec, which the apiserver validated:
         // relative, no `..`.
@@ -223,11 +249,24 @@ fn write_all(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: i32) -> Result
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode as u32))
             .map_err(io("chmod", &file))?;
     }
+    Ok(())
+}
+
+/// Points `..data` at the new payload `stamp`, links its names, and drops
+/// the names and the payload it no longer has.
+fn swap(
+    dir: &Path,
+    data: &Path,
+    stamp: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+    previous: Option<std::path::PathBuf>,
+    io: &IoErr,
+) -> Result<bool, String> {
     // The swap: a new link beside `..data`, renamed over it.
     let next = dir.join(DATA_TMP);
     let _ = std::fs::remove_file(&next);
-    std::os::unix::fs::symlink(&stamp, &next).map_err(io("linking", &next))?;
-    std::fs::rename(&next, &data).map_err(io("renaming", &next))?;
+    std::os::unix::fs::symlink(stamp, &next).map_err(io("linking", &next))?;
+    std::fs::rename(&next, data).map_err(io("renaming", &next))?;
     let wanted: std::collections::BTreeSet<&str> =
         files.keys().filter_map(|p| p.split('/').next()).collect();
     for name in &wanted {
@@ -245,7 +284,7 @@ fn write_all(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: i32) -> Result
             let _ = std::fs::remove_file(entry.path());
         }
     }
-    if let Some(old) = previous.filter(|old| *old != Path::new(&stamp)) {
+    if let Some(old) = previous.filter(|old| *old != Path::new(stamp)) {
         let _ = std::fs::remove_dir_all(dir.join(old));
     }
     Ok(true)
