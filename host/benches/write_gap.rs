@@ -192,27 +192,7 @@ fn main() {
             ));
             tokio::time::sleep(Duration::from_secs(2)).await;
             let t0 = Instant::now();
-            let ca = tls.pki.ca_pem();
-            env.put_tls_secret("rot-server", &renewed.server, ca).await;
-            env.put_tls_secret("rot-peer", &renewed.peer, ca).await;
-            env.put_tls_secret("rot-operator", &renewed.operator, ca)
-                .await;
-            wait_served(
-                &env,
-                "rot",
-                2379,
-                &renewed.server.cert_der,
-                "the renewed serving certificate",
-            )
-            .await;
-            wait_served(
-                &env,
-                "rot",
-                2380,
-                &renewed.peer.cert_der,
-                "the renewed peer certificate",
-            )
-            .await;
+            env.renew_tls("rot", &tls, &renewed).await;
             let took = t0.elapsed();
             tokio::time::sleep(Duration::from_secs(2)).await;
             stop.store(true, Ordering::Relaxed);

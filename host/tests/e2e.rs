@@ -3164,27 +3164,8 @@ fn tls_certificates_are_renewed_in_place_under_writes_and_broken_ones_are_named(
 
         let renewed = EtcdCerts::issue(&tls.pki, "rot", NS, "2").unwrap();
         let ca = tls.pki.ca_pem();
-        env.put_tls_secret("rot-server", &renewed.server, ca).await;
-        env.put_tls_secret("rot-peer", &renewed.peer, ca).await;
-        env.put_tls_secret("rot-operator", &renewed.operator, ca)
-            .await;
         let renewed_at = jiff::Timestamp::now();
-        wait_served(
-            &env,
-            "rot",
-            2379,
-            &renewed.server.cert_der,
-            "the renewed serving certificate",
-        )
-        .await;
-        wait_served(
-            &env,
-            "rot",
-            2380,
-            &renewed.peer.cert_der,
-            "the renewed peer certificate",
-        )
-        .await;
+        env.renew_tls("rot", &tls, &renewed).await;
         // Verified again after the renewal, with the renewed operator
         // certificate (the operator reconnects when its Secret changes).
         env.wait_for("rot", "verified after the renewal", |c| {

@@ -434,6 +434,35 @@ impl Env {
         }
     }
 
+    /// Puts `renewed` into the TLS Secrets of `cluster` (made by
+    /// [`Env::create_tls_cluster`]) and waits until every member serves the
+    /// new serving and peer certificates.
+    pub async fn renew_tls(&self, cluster: &str, tls: &TlsCluster, renewed: &EtcdCerts) {
+        let ca = tls.pki.ca_pem();
+        self.put_tls_secret(&format!("{cluster}-server"), &renewed.server, ca)
+            .await;
+        self.put_tls_secret(&format!("{cluster}-peer"), &renewed.peer, ca)
+            .await;
+        self.put_tls_secret(&format!("{cluster}-operator"), &renewed.operator, ca)
+            .await;
+        wait_served(
+            self,
+            cluster,
+            2379,
+            &renewed.server.cert_der,
+            "the renewed serving certificate",
+        )
+        .await;
+        wait_served(
+            self,
+            cluster,
+            2380,
+            &renewed.peer.cert_der,
+            "the renewed peer certificate",
+        )
+        .await;
+    }
+
     /// Replaces the certificate and key of the TLS Secret `secret`, and
     /// its `ca.crt` by `ca_pem`: what a renewal (or a mistake) does.
     pub async fn put_tls_secret(
