@@ -28,7 +28,8 @@ key=$(cat go.mod go.sum $(find cmd -name '*.go' | sort) "$self" | sha256sum | cu
 root="${ETCD_STEWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-steward}"
 out="$root/kube-$key"
 if [ -x "$out/kube" ] && [ -x "$out/etcd" ] && [ -x "$out/helm" ] && [ -x "$out/steward-status" ] \
-  && [ -x "$out/registry" ] && [ -x "$out/oras" ]; then
+  && [ -x "$out/registry" ] && [ -x "$out/oras" ] && [ -x "$out/cert-manager" ] \
+  && [ -d "$out/cert-manager-crds" ]; then
   echo "$out"; exit 0
 fi
 
@@ -43,7 +44,7 @@ ldflags="-s -w -X $pkg.gitVersion=v$kver -X $pkg.gitMajor=$major -X $pkg.gitMino
 tmp="$out.part.$$"; trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
 say() { echo "ensure-kube: $*" >&2; }
-say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, helm, steward-status, registry and oras from tests/kube into $out"
+say "building Kubernetes v$kver (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, helm, steward-status, registry, oras and cert-manager from tests/kube into $out"
 say "the first build compiles Kubernetes from source and takes about 11 minutes on 2 cores (docs/benchmarks.md); later runs reuse it"
 export CGO_ENABLED=0
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube" ./cmd/kube
@@ -54,6 +55,11 @@ go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$
 rver=$(sed -n 's#^\s*github.com/distribution/distribution/v3 \(v[^ ]*\).*$#\1#p' go.mod | head -n1)
 go build -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$rver" -o "$tmp/registry" ./cmd/registry
 go build -trimpath -ldflags "-s -w" -o "$tmp/oras" oras.land/oras/cmd/oras
+go build -trimpath -ldflags "-s -w" -o "$tmp/cert-manager" ./cmd/certmanager
+# Its CRDs, as its module ships them (v1 only, so no conversion webhook).
+mkdir "$tmp/cert-manager-crds"
+cp "$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"/deploy/crds/*.yaml "$tmp/cert-manager-crds/"
+rm -f "$tmp/cert-manager-crds/README.md"
 for b in "${need[@]}"; do ln -s kube "$tmp/$b"; done
 rm -rf "$out"; mv "$tmp" "$out"
 "$out/kube-apiserver" --version >&2

@@ -1,7 +1,8 @@
 //! Finding the Kubernetes binaries: kube-apiserver, kube-controller-manager,
 //! kube-scheduler and kubectl, plus the control plane's own etcd, helm,
 //! steward-status (the real status consumers, see `status_consumers`), and
-//! an OCI registry with its client (see `registry`).
+//! an OCI registry with its client (see `registry`), and cert-manager (see
+//! `cert_manager`).
 //!
 //! The order matches `scripts/ensure-kube.sh`: a directory handed down by the
 //! test command (`ETCD_STEWARD_KUBE_DIR`), then the script itself, which
@@ -33,6 +34,10 @@ pub struct KubeBinaries {
     /// shipped as OCI artifacts; only our build has them.
     pub registry: Option<PathBuf>,
     pub oras: Option<PathBuf>,
+    /// cert-manager's controllers (tests/kube/cmd/certmanager) and the
+    /// directory of its CRDs; only our build has them.
+    pub cert_manager: Option<PathBuf>,
+    pub cert_manager_crds: Option<PathBuf>,
 }
 
 impl KubeBinaries {
@@ -56,6 +61,8 @@ impl KubeBinaries {
             status: optional("steward-status"),
             registry: optional("registry"),
             oras: optional("oras"),
+            cert_manager: optional("cert-manager"),
+            cert_manager_crds: Some(dir.join("cert-manager-crds")).filter(|p| p.is_dir()),
         })
     }
 }

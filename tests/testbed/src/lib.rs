@@ -4,6 +4,7 @@
 //! tests and the local sandbox only; the operator never uses it in its
 //! in-cluster path. See docs/control-plane.md.
 
+pub mod cert_manager;
 pub mod component;
 pub mod control_plane;
 pub mod etcd_bin;
