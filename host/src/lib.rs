@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod certificates;
 pub mod cli;
 pub mod cluster;
 pub mod conditions;

@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 use steward_policy_sdk as sdk;
 
 use crate::api::EtcdCluster;
+use crate::certificates::TlsSecret;
 use crate::context::Context;
 use crate::resources::{TLS_CA, TLS_CERT, TLS_KEY};
 
@@ -104,28 +105,21 @@ pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Prepared {
         &cluster.name_any(),
         &cluster.namespace().unwrap_or_default(),
     );
-    let spec = cluster.spec.tls.as_ref();
-    let client = spec.and_then(|t| t.client.as_ref());
-    let peer = spec
-        .and_then(|t| t.peer.as_ref())
-        .and_then(|p| p.secret_ref.as_ref())
-        .map(|r| r.name.clone());
-    let operator = client
-        .and_then(|c| c.operator_client_secret_ref.as_ref())
-        .map(|r| r.name.clone());
+    let secrets = crate::certificates::secrets(cluster);
     let mut prepared = Prepared {
         facts: sdk::TlsFacts {
-            client: client.is_some(),
-            client_cert_auth: operator.is_some(),
-            peer: peer.is_some(),
+            client: cluster
+                .spec
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.client.is_some()),
+            client_cert_auth: secrets.operator_client.is_some(),
+            peer: secrets.peer.is_some(),
             certificates: Vec::new(),
         },
         ..Prepared::default()
     };
-    let Some(server) = client
-        .and_then(|c| c.server_secret_ref.as_ref())
-        .map(|r| r.name.clone())
-    else {
+    let Some(server) = secrets.server.as_ref() else {
         ctx.etcd.set_tls(&domain, None);
         return prepared;
     };
@@ -140,9 +134,9 @@ pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Prepared {
         return prepared;
     }
     let names = Names {
-        server: &server,
-        operator: operator.as_deref(),
-        peer: peer.as_deref(),
+        server,
+        operator: secrets.operator_client.as_ref(),
+        peer: secrets.peer.as_ref(),
     };
     match read_secrets(ctx, &ns, names).await {
         Ok((tls, certificates)) => {
@@ -168,17 +162,18 @@ pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Prepared {
 
 /// The names of a cluster's TLS Secrets.
 struct Names<'a> {
-    server: &'a str,
-    operator: Option<&'a str>,
-    peer: Option<&'a str>,
+    server: &'a TlsSecret,
+    operator: Option<&'a TlsSecret>,
+    peer: Option<&'a TlsSecret>,
 }
 
-async fn get(ctx: &Context, ns: &str, name: &str, field: &str) -> Result<Secret, String> {
+async fn get(ctx: &Context, ns: &str, secret: &TlsSecret) -> Result<Secret, String> {
+    let TlsSecret { name, source } = secret;
     Api::<Secret>::namespaced(ctx.client.clone(), ns)
         .get_opt(name)
         .await
-        .map_err(|e| format!("reading Secret {ns}/{name} ({field}): {e}"))?
-        .ok_or_else(|| format!("Secret {ns}/{name} ({field}) does not exist"))
+        .map_err(|e| format!("reading Secret {ns}/{name} ({source}): {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} ({source}) does not exist"))
 }
 
 async fn read_secrets(
@@ -186,9 +181,9 @@ async fn read_secrets(
     ns: &str,
     names: Names<'_>,
 ) -> Result<(ClusterTls, Vec<sdk::CertificateFacts>), String> {
-    let server = get(ctx, ns, names.server, SERVER_FIELD).await?;
+    let server = get(ctx, ns, names.server).await?;
     let operator = match names.operator {
-        Some(name) => Some((get(ctx, ns, name, OPERATOR_FIELD).await?, name)),
+        Some(name) => Some((get(ctx, ns, name).await?, name)),
         None => None,
     };
     let tls = from_secrets(
@@ -196,19 +191,25 @@ async fn read_secrets(
         (&server, names.server),
         operator.as_ref().map(|(s, n)| (s, *n)),
     )?;
-    let mut certificates: Vec<_> = [(Some(&server), names.server, sdk::CertificateRole::Serving)]
-        .into_iter()
-        .chain(
-            operator
-                .as_ref()
-                .map(|(s, n)| (Some(s), *n, sdk::CertificateRole::OperatorClient)),
+    let mut certificates: Vec<_> = [(
+        Some(&server),
+        names.server.name.as_str(),
+        sdk::CertificateRole::Serving,
+    )]
+    .into_iter()
+    .chain(operator.as_ref().map(|(s, n)| {
+        (
+            Some(s),
+            n.name.as_str(),
+            sdk::CertificateRole::OperatorClient,
         )
-        .filter_map(|(secret, name, role)| certificate(secret?, name, role))
-        .collect();
+    }))
+    .filter_map(|(secret, name, role)| certificate(secret?, name, role))
+    .collect();
     if let Some(name) = names.peer
-        && let Ok(peer) = get(ctx, ns, name, PEER_FIELD).await
+        && let Ok(peer) = get(ctx, ns, name).await
     {
-        certificates.extend(certificate(&peer, name, sdk::CertificateRole::Peer));
+        certificates.extend(certificate(&peer, &name.name, sdk::CertificateRole::Peer));
     }
     Ok((tls, certificates))
 }
@@ -233,18 +234,16 @@ pub fn certificate(
     })
 }
 
-const SERVER_FIELD: &str = "spec.tls.client.serverSecretRef";
-const OPERATOR_FIELD: &str = "spec.tls.client.operatorClientSecretRef";
-const PEER_FIELD: &str = "spec.tls.peer.secretRef";
-
 /// PEM values of `keys` in `secret`, or what is missing or malformed.
 /// Only PEM framing is checked here; a certificate the other side rejects
 /// shows as a TLS fault of the probe.
 fn pem_values(
     secret: &Secret,
     ns: &str,
-    name: &str,
-    field: &str,
+    TlsSecret {
+        name,
+        source: field,
+    }: &TlsSecret,
     keys: &[&str],
 ) -> Result<Vec<Vec<u8>>, String> {
     let data = secret.data.clone().unwrap_or_default();
@@ -285,13 +284,13 @@ fn pem_values(
 /// the operator's Secret (`tls.crt`, `tls.key`), if the cluster has one.
 pub fn from_secrets(
     ns: &str,
-    server: (&Secret, &str),
-    operator: Option<(&Secret, &str)>,
+    server: (&Secret, &TlsSecret),
+    operator: Option<(&Secret, &TlsSecret)>,
 ) -> Result<ClusterTls, String> {
-    let ca = pem_values(server.0, ns, server.1, SERVER_FIELD, &[TLS_CA])?.remove(0);
+    let ca = pem_values(server.0, ns, server.1, &[TLS_CA])?.remove(0);
     let identity = match operator {
         Some((secret, name)) => {
-            let mut v = pem_values(secret, ns, name, OPERATOR_FIELD, &[TLS_CERT, TLS_KEY])?;
+            let mut v = pem_values(secret, ns, name, &[TLS_CERT, TLS_KEY])?;
             let key = v.remove(1);
             Some((v.remove(0), key))
         }
@@ -322,6 +321,20 @@ mod tests {
 
     const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nsecretkeybytes\n-----END PRIVATE KEY-----\n";
+
+    fn srv() -> TlsSecret {
+        TlsSecret {
+            name: "srv".into(),
+            source: "spec.tls.client.serverSecretRef".into(),
+        }
+    }
+
+    fn op() -> TlsSecret {
+        TlsSecret {
+            name: "op".into(),
+            source: "spec.tls.client.operatorClientSecretRef".into(),
+        }
+    }
 
     /// The validity of `tls.crt`'s first certificate reaches the facts;
     /// a Secret without one, or with a value that is not a certificate,
@@ -359,31 +372,31 @@ mod tests {
     fn the_servers_ca_and_the_operators_certificate_give_a_client_configuration() {
         let server = secret(&[("tls.crt", CERT), ("tls.key", KEY), ("ca.crt", CERT)]);
         let operator = secret(&[("tls.crt", CERT), ("tls.key", KEY)]);
-        let mtls = from_secrets("ns", (&server, "srv"), Some((&operator, "op"))).unwrap();
+        let mtls = from_secrets("ns", (&server, &srv()), Some((&operator, &op()))).unwrap();
         let shown = format!("{mtls:?}");
         assert!(!shown.contains("secretkeybytes"), "{shown}");
         // Server TLS only: the CA alone, and another fingerprint.
-        let only = from_secrets("ns", (&server, "srv"), None).unwrap();
+        let only = from_secrets("ns", (&server, &srv()), None).unwrap();
         assert_ne!(only.fingerprint, mtls.fingerprint);
     }
 
     #[test]
     fn missing_keys_and_non_pem_values_are_named_without_their_contents() {
         let server = secret(&[("tls.crt", CERT), ("tls.key", KEY)]);
-        let e = from_secrets("ns", (&server, "srv"), None).unwrap_err();
+        let e = from_secrets("ns", (&server, &srv()), None).unwrap_err();
         assert_eq!(
             e,
             "Secret ns/srv (spec.tls.client.serverSecretRef) has no non-empty ca.crt; it needs ca.crt"
         );
         let server = secret(&[("ca.crt", CERT)]);
         let operator = secret(&[("tls.crt", CERT)]);
-        let e = from_secrets("ns", (&server, "srv"), Some((&operator, "op"))).unwrap_err();
+        let e = from_secrets("ns", (&server, &srv()), Some((&operator, &op()))).unwrap_err();
         assert!(
             e.ends_with("has no non-empty tls.key; it needs tls.crt, tls.key"),
             "{e}"
         );
         let operator = secret(&[("tls.crt", CERT), ("tls.key", "secretkeybytes")]);
-        let e = from_secrets("ns", (&server, "srv"), Some((&operator, "op"))).unwrap_err();
+        let e = from_secrets("ns", (&server, &srv()), Some((&operator, &op()))).unwrap_err();
         assert_eq!(
             e,
             "Secret ns/op (spec.tls.client.operatorClientSecretRef): tls.key is not a PEM private key"

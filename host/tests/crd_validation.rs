@@ -255,20 +255,28 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
     let crds = applied().await;
     let cases = [
         (
-            json!({"version": "3.6.17", "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "ca"}}}}}),
-            "spec: Forbidden: spec.tls.client.certManager and spec.tls.peer.certManager are not implemented yet",
+            json!({"version": "3.6.17", "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "ca"}}, "serverSecretRef": {"name": "srv"}}}}),
+            "spec: Required value: spec.tls.client needs exactly one of serverSecretRef",
         ),
         (
-            json!({"version": "3.6.17", "tls": {"peer": {"certManager": {"issuerRef": {"name": "ca"}}}}}),
-            "spec: Forbidden: spec.tls.client.certManager and spec.tls.peer.certManager are not implemented yet",
+            json!({"version": "3.6.17", "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "ca"}}, "operatorClientSecretRef": {"name": "op"}}}}),
+            "spec: Forbidden: spec.tls.client.operatorClientSecretRef goes with serverSecretRef; with certManager, name the operator's issuer in certManager.operatorClientIssuerRef",
+        ),
+        (
+            json!({"version": "3.6.17", "tls": {"peer": {"certManager": {"issuerRef": {"name": "ca"}}, "secretRef": {"name": "p"}}}}),
+            "spec: Required value: spec.tls.peer needs exactly one of secretRef and certManager",
         ),
         (
             json!({"version": "3.6.17", "tls": {"client": {"operatorClientSecretRef": {"name": "op"}}}}),
-            "spec: Required value: spec.tls.client needs serverSecretRef",
+            "spec: Required value: spec.tls.client needs exactly one of serverSecretRef",
         ),
         (
             json!({"version": "3.6.17", "tls": {"peer": {}}}),
-            "spec: Required value: spec.tls.peer needs secretRef",
+            "spec: Required value: spec.tls.peer needs exactly one of secretRef and certManager",
+        ),
+        (
+            json!({"version": "3.6.17", "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "ca", "kind": "Vault"}}}}}),
+            r#"spec.tls.client.certManager.serverIssuerRef.kind: Unsupported value: "Vault": supported values: "Issuer", "ClusterIssuer""#,
         ),
         (
             json!({"version": "3.6.17", "auth": {"enabled": true}}),
@@ -334,6 +342,14 @@ async fn the_cel_rules_on_create_accept_and_reject_with_their_messages() {
             json!({"version": "3.6.17", "bootstrap": {"restore": {"source": {"s3": {"endpoint": "https://s3.example.com", "bucket": "bkt", "key": "main/nightly.db", "credentialsSecretRef": {"name": "c"}}, "sha256": "sha256:abababababababababababababababababababababababababababababababab"}}}}),
         ),
         ("paused", json!({"version": "3.6.17", "replicas": 0})),
+        // The anchor's cert-manager form, as its manifests give it.
+        (
+            "cert-manager",
+            json!({"version": "3.6.17", "tls": {
+                "client": {"certManager": {"serverIssuerRef": {"name": "etcd-ca", "kind": "ClusterIssuer"},
+                                           "operatorClientIssuerRef": {"name": "etcd-ca", "kind": "ClusterIssuer"}}},
+                "peer": {"certManager": {"issuerRef": {"name": "etcd-ca"}}}}}),
+        ),
         ("old-minor", json!({"version": "3.5.3"})),
         ("new-minor", json!({"version": "3.7.4"})),
         (

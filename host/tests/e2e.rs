@@ -2876,6 +2876,238 @@ fn etcd_auth_is_turned_on_from_a_secret_rejected_passwords_are_named_and_changes
     });
 }
 
+/// A cluster whose certificates come from a real cert-manager
+/// (`spec.tls.*.certManager`). Before cert-manager is installed the seed is
+/// refused with `CertManagerNotInstalled`; with cert-manager but no issuer
+/// yet, the operator's Certificates are not Ready and the status waits
+/// with `CertificateNotReady`, each with a Warning Event and no member.
+/// Once the CA issuer exists, the cluster reaches Available on what
+/// cert-manager issued: members serve it, an application writes through
+/// the client Service with the issued operator certificate. A certificate
+/// cert-manager issues again is served in place, with no restart.
+#[test]
+fn cert_manager_issues_the_certificates_and_its_absence_or_a_pending_one_is_named() {
+    use etcd_steward::api::EtcdCluster;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::ResourceExt;
+    use kube::api::{
+        Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    };
+    let _g = serial();
+    run(async {
+        let env = Env::start().await;
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.steward.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "cm", "namespace": NS},
+            "spec": {"replicas": 3, "storage": {"size": "1Gi"},
+                     "tls": {"client": {"certManager": {"serverIssuerRef": {"name": "cm-ca"},
+                                                        "operatorClientIssuerRef": {"name": "cm-ca"}}},
+                             "peer": {"certManager": {"issuerRef": {"name": "cm-ca"}}}}}
+        }))
+        .unwrap();
+        env.clusters()
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap();
+
+        // No cert-manager: refused, and the status says what to install.
+        env.wait_for("cm", "CertManagerNotInstalled", |c| {
+            condition_reason(c, "Stalled") == Some("CertManagerNotInstalled")
+                && condition(c, "Stalled") == Some("True")
+                && condition_message(c, "Available")
+                    .is_some_and(|m| m.contains("cert-manager is not installed"))
+        })
+        .await;
+        env.wait_warning(
+            "CertManagerNotInstalled",
+            "serves no cert-manager.io/v1 Certificate",
+        )
+        .await;
+        assert!(
+            env.member_names("cm").await.is_empty(),
+            "no member without certificates"
+        );
+
+        // cert-manager, but the issuer the spec names does not exist yet.
+        let cert_manager = env.start_cert_manager().await;
+        let c = env
+            .wait_for("cm", "CertificateNotReady", |c| {
+                condition_reason(c, "Progressing") == Some("CertificateNotReady")
+                    && condition_message(c, "Progressing").is_some_and(|m| {
+                        m.contains("Certificate cm-server (Secret cm-server-tls) is not Ready")
+                    })
+            })
+            .await;
+        assert_eq!(
+            condition(&c, "Stalled"),
+            Some("False"),
+            "{}",
+            conditions_line(&c)
+        );
+        env.wait_warning(
+            "CertificateNotReady",
+            "Certificate cm-server (Secret cm-server-tls) is not Ready",
+        )
+        .await;
+        assert!(
+            env.member_names("cm").await.is_empty(),
+            "no member without certificates"
+        );
+
+        // The CA issuer, bootstrapped as platform teams do: a self-signed
+        // issuer signs a CA certificate, whose Secret the CA issuer uses.
+        let kind = |k: &str, plural: &str| {
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("cert-manager.io", "v1", k),
+                plural,
+            )
+        };
+        for (ar, object) in [
+            (
+                kind("Issuer", "issuers"),
+                serde_json::json!({
+                "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+                "metadata": {"name": "cm-selfsigned"}, "spec": {"selfSigned": {}}}),
+            ),
+            (
+                kind("Certificate", "certificates"),
+                serde_json::json!({
+                "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+                "metadata": {"name": "cm-ca-root"},
+                "spec": {"isCA": true, "commonName": "cm-ca", "secretName": "cm-ca-root",
+                         "privateKey": {"algorithm": "ECDSA", "size": 256},
+                         "issuerRef": {"name": "cm-selfsigned", "kind": "Issuer", "group": "cert-manager.io"}}}),
+            ),
+            (
+                kind("Issuer", "issuers"),
+                serde_json::json!({
+                "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+                "metadata": {"name": "cm-ca"}, "spec": {"ca": {"secretName": "cm-ca-root"}}}),
+            ),
+        ] {
+            let object: DynamicObject = serde_json::from_value(object).unwrap();
+            Api::<DynamicObject>::namespaced_with(env.client.clone(), NS, &ar)
+                .patch(
+                    &object.name_any(),
+                    &PatchParams::apply("e2e").force(),
+                    &Patch::Apply(&object),
+                )
+                .await
+                .expect("applying a cert-manager object");
+        }
+        let c = env.wait_available("cm", 3).await;
+        env.assert_read_healthy(&c);
+
+        // The members serve what cert-manager issued.
+        let secrets = Api::<Secret>::namespaced(env.client.clone(), NS);
+        let issued = |secret: &Secret, key: &str| -> Vec<u8> {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .expect(key)
+                .0
+                .clone()
+        };
+        let leaf = |pem: &[u8]| -> Vec<u8> {
+            x509_parser::pem::parse_x509_pem(pem)
+                .expect("a PEM certificate")
+                .1
+                .contents
+        };
+        let server = secrets.get("cm-server-tls").await.unwrap();
+        wait_served(
+            &env,
+            "cm",
+            2379,
+            &leaf(&issued(&server, "tls.crt")),
+            "cert-manager's serving certificate",
+        )
+        .await;
+        let peer = secrets.get("cm-peer-tls").await.unwrap();
+        wait_served(
+            &env,
+            "cm",
+            2380,
+            &leaf(&issued(&peer, "tls.crt")),
+            "cert-manager's peer certificate",
+        )
+        .await;
+
+        // An application writes through the client Service, trusting the
+        // issuer's CA and presenting a certificate it issued.
+        let operator = secrets.get("cm-operator-client-tls").await.unwrap();
+        let files = env.dir().join("cm-client");
+        std::fs::create_dir_all(&files).unwrap();
+        for key in ["ca.crt", "tls.crt", "tls.key"] {
+            let from = if key == "ca.crt" { &server } else { &operator };
+            std::fs::write(files.join(key), issued(from, key)).unwrap();
+        }
+        let flags = [
+            format!("--cacert={}", files.join("ca.crt").display()),
+            format!("--cert={}", files.join("tls.crt").display()),
+            format!("--key={}", files.join("tls.key").display()),
+        ];
+        let service = format!("https://cm-client.{NS}.svc:2379");
+        let put: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(["put", "/steward/cm", "issued"])
+            .collect();
+        env.etcdctl(&service, &put).await;
+        let get: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(["get", "/steward/cm", "--print-value-only"])
+            .collect();
+        assert_eq!(env.etcdctl(&service, &get).await.trim(), "issued");
+
+        // cert-manager issues the serving certificate again (its Secret
+        // lost): every member serves the new one, none restarts, and the
+        // cluster stays Available.
+        let lives = pod_lives(&env, "cm").await;
+        let before = leaf(&issued(&server, "tls.crt"));
+        secrets
+            .delete("cm-server-tls", &Default::default())
+            .await
+            .unwrap();
+        let start = std::time::Instant::now();
+        let renewed = loop {
+            if let Some(s) = secrets.get_opt("cm-server-tls").await.unwrap()
+                && s.data.as_ref().is_some_and(|d| d.contains_key("tls.crt"))
+                && leaf(&issued(&s, "tls.crt")) != before
+            {
+                break leaf(&issued(&s, "tls.crt"));
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "cert-manager did not issue the certificate again"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        };
+        wait_served(
+            &env,
+            "cm",
+            2379,
+            &renewed,
+            "the certificate cert-manager issued again",
+        )
+        .await;
+        let c = env.wait_available("cm", 3).await;
+        env.assert_read_healthy(&c);
+        assert_eq!(pod_lives(&env, "cm").await, lives, "no member restarted");
+        assert_eq!(
+            env.etcdctl(&service, &get).await.trim(),
+            "issued",
+            "the data stays"
+        );
+
+        cert_manager.stop();
+        env.shutdown().await;
+    });
+}
+
 /// A cluster with client and peer TLS from Secrets reaches Available: the
 /// operator verifies it over https with its client certificate, members
 /// talk to each other over https, and an application writes a key over

@@ -75,18 +75,18 @@ pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
 )]
 #[x_kube(
     validation = Rule::new(
-        "!has(self.tls) || ((!has(self.tls.client) || !has(self.tls.client.certManager)) && (!has(self.tls.peer) || !has(self.tls.peer.certManager)))"
+        "!has(self.tls) || !has(self.tls.client) || has(self.tls.client.certManager) != has(self.tls.client.serverSecretRef)"
     ).message(
-        "spec.tls.client.certManager and spec.tls.peer.certManager are not implemented yet: give the certificates as Secrets (client.serverSecretRef, client.operatorClientSecretRef, peer.secretRef)"
-    ).reason(Reason::FieldValueForbidden),
-    validation = Rule::new(
-        "!has(self.tls) || !has(self.tls.client) || has(self.tls.client.certManager) || has(self.tls.client.serverSecretRef)"
-    ).message(
-        "spec.tls.client needs serverSecretRef: the members' serving certificate and the CA the operator trusts it by"
+        "spec.tls.client needs exactly one of serverSecretRef (the members' serving certificate and the CA the operator trusts it by, as a Secret) and certManager (the issuer cert-manager makes it with)"
     ).reason(Reason::FieldValueRequired),
     validation = Rule::new(
-        "!has(self.tls) || !has(self.tls.peer) || has(self.tls.peer.certManager) || has(self.tls.peer.secretRef)"
-    ).message("spec.tls.peer needs secretRef").reason(Reason::FieldValueRequired),
+        "!has(self.tls) || !has(self.tls.client) || !has(self.tls.client.certManager) || !has(self.tls.client.operatorClientSecretRef)"
+    ).message(
+        "spec.tls.client.operatorClientSecretRef goes with serverSecretRef; with certManager, name the operator's issuer in certManager.operatorClientIssuerRef"
+    ).reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "!has(self.tls) || !has(self.tls.peer) || has(self.tls.peer.certManager) != has(self.tls.peer.secretRef)"
+    ).message("spec.tls.peer needs exactly one of secretRef and certManager").reason(Reason::FieldValueRequired),
     validation = Rule::new(
         "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
     ).message(
@@ -361,6 +361,10 @@ pub struct ClientTls {
     /// certificate from the serving Secret's CA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_client_secret_ref: Option<LocalObjectReference>,
+    /// Instead of the Secrets: cert-manager issues the certificates. The
+    /// operator creates Certificate `<cluster>-server` (Secret
+    /// `<cluster>-server-tls`) and, with operatorClientIssuerRef,
+    /// `<cluster>-operator-client` (Secret `<cluster>-operator-client-tls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<ClientCertManagerTls>,
 }
@@ -368,7 +372,11 @@ pub struct ClientTls {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientCertManagerTls {
+    /// Issues the members' serving certificate; its CA (ca.crt) is the one
+    /// everybody trusts.
     pub server_issuer_ref: IssuerReference,
+    /// Issues the operator's client certificate; enables client mTLS. Must
+    /// be signed by the CA of serverIssuerRef (the same issuer, simplest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_client_issuer_ref: Option<IssuerReference>,
 }
@@ -378,6 +386,8 @@ pub struct ClientCertManagerTls {
 pub struct PeerTls {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
+    /// Instead of the Secret: cert-manager issues the peer certificate
+    /// (Certificate `<cluster>-peer`, Secret `<cluster>-peer-tls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<PeerCertManagerTls>,
 }
@@ -388,7 +398,8 @@ pub struct PeerCertManagerTls {
     pub issuer_ref: IssuerReference,
 }
 
-/// A cert-manager Issuer or ClusterIssuer.
+/// A cert-manager Issuer (in the cluster's namespace) or ClusterIssuer;
+/// kind defaults to Issuer.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IssuerReference {

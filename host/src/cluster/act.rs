@@ -4,7 +4,9 @@
 //! The PodDisruptionBudget is applied on every reconcile, etcd up or down:
 //! it describes what the cluster can tolerate now (its voters, as the
 //! written status counts them), so it must never go stale during an
-//! outage. Then the Services, then the step the status announced.
+//! outage. Then the Services and the cert-manager Certificates the
+//! observation found missing or outdated, then the step the status
+//! announced.
 //!
 //! Failures here are recorded on the [`Context`] and appear in the next
 //! status (`status.lastActionError`) and as a Warning Event; they never
@@ -37,6 +39,9 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     }
     let result = async {
         ensure_services(cluster, ctx).await?;
+        crate::certificates::apply(cluster, &e.observed.issuance, &ctx.client)
+            .await
+            .map_err(kube("applying cert-manager Certificates"))?;
         // A recover-from annotation on a cluster whose quorum the host
         // verified authorises nothing now, and must not authorise the next
         // quorum loss in advance.

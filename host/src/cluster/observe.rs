@@ -69,6 +69,8 @@ pub struct Observed {
     pub auth: crate::auth::AuthFacts,
     /// Whether the TLS Secrets could be used ([`crate::tls`]).
     pub tls: crate::tls::Prepared,
+    /// The cluster's cert-manager Certificates ([`crate::certificates`]).
+    pub issuance: crate::certificates::Issuance,
     pub now: jiff::Timestamp,
 }
 
@@ -132,6 +134,7 @@ impl Observed {
                 Some(Err(p)) => Some((p.reason, p.message.clone(), p.retry)),
                 _ => None,
             },
+            certificates_pending: self.issuance.blocks_seed(),
             quorum_verified,
             members: self
                 .members
@@ -280,17 +283,25 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     // The credentials go with the probe, so that a cluster with
     // authentication on is verified by the same calls as one without.
     crate::auth::prepare(cluster, ctx).await;
+    let issuance = crate::certificates::observe(cluster, &ctx.client).await;
     let tls = crate::tls::prepare(cluster, ctx).await;
     let probing = if targets.is_empty() {
         sdk::Probing::Skipped(if members.is_empty() {
-            "the cluster has no members yet".into()
+            match issuance.blocks_seed() {
+                Some((_, why, _)) => why,
+                None => "the cluster has no members yet".into(),
+            }
         } else {
             "every member is dormant (replicas 0)".into()
         })
     } else if let Some(why) = &tls.unusable {
         // Without the CA (or the client certificate the members require)
         // every call fails its handshake: what the status must say is why
-        // the configuration is missing.
+        // the configuration is missing, cert-manager's part first.
+        let why = match issuance.blocks_seed() {
+            Some((_, waiting, _)) => waiting,
+            None => why.clone(),
+        };
         sdk::Probing::Skipped(format!("no TLS configuration for etcd: {why}"))
     } else {
         sdk::Probing::Attempted(
@@ -366,6 +377,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     Observed {
         auth,
         tls,
+        issuance,
         defrags: ctx.defrags(cluster.as_ref()),
         cluster: cluster.clone(),
         members,

@@ -65,6 +65,10 @@ pub struct Facts {
     /// (reason, message, whether it may pass: a source still being taken,
     /// a store not answering): no seed is created.
     pub restore_refused: Option<(&'static str, String, bool)>,
+    /// Why the seed's certificates are not there yet
+    /// ([`crate::certificates::Issuance::blocks_seed`]): (reason, message,
+    /// retry), as for a restore.
+    pub certificates_pending: Option<(&'static str, String, bool)>,
     /// etcd confirmed a quorum in this reconcile's probe (the host's own
     /// check, [`crate::facts::quorum`]; never the policy's word).
     pub quorum_verified: bool,
@@ -328,6 +332,17 @@ pub fn plan(f: &Facts) -> Step {
     if live.is_empty() {
         return if f.cluster_id_latched {
             Step::Wait("every member object is gone but the cluster ID is latched; not re-seeding over existing data".into())
+        } else if let Some((reason, message, retry)) = &f.certificates_pending {
+            // A seed Pod without its certificates could not start; nor
+            // could a restore, which runs in that Pod.
+            if *retry {
+                Step::Wait(message.clone())
+            } else {
+                Step::Refuse {
+                    reason,
+                    message: format!("not creating the seed: {message}"),
+                }
+            }
         } else if let Some((reason, message, retry)) = &f.restore_refused {
             if *retry {
                 Step::Wait(format!("waiting to restore ({reason}): {message}"))
@@ -691,6 +706,44 @@ pub(super) mod tests {
             ..f
         };
         assert!(matches!(plan(&f), Step::Wait(m) if m.contains("RestoreSourceNotVerified")));
+    }
+
+    /// No seed without its certificates: refused while cert-manager is not
+    /// installed, waited for while a Certificate is not Ready; members
+    /// already running are not held by either.
+    #[test]
+    fn the_seed_waits_for_its_certificates() {
+        let f = Facts {
+            desired: 3,
+            certificates_pending: Some((
+                "CertManagerNotInstalled",
+                "cert-manager is not installed".into(),
+                false,
+            )),
+            ..Facts::default()
+        };
+        assert_eq!(
+            plan(&f),
+            Step::Refuse {
+                reason: "CertManagerNotInstalled",
+                message: "not creating the seed: cert-manager is not installed".into()
+            }
+        );
+        let f = Facts {
+            certificates_pending: Some((
+                "CertificateNotReady",
+                "Certificate c-server is not Ready".into(),
+                true,
+            )),
+            ..f
+        };
+        assert_eq!(
+            plan(&f),
+            Step::Wait("Certificate c-server is not Ready".into())
+        );
+        let mut running = healthy(3, &["a", "b"]);
+        running.certificates_pending = f.certificates_pending.clone();
+        assert_eq!(plan(&running), Step::AddLearner);
     }
 
     #[test]

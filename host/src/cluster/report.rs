@@ -116,6 +116,42 @@ pub async fn events(written: &StatusWritten, ctx: &Context) {
             secondary: None,
         });
     }
+    match &e.observed.issuance {
+        crate::certificates::Issuance::NotInstalled => events.push(KubeEvent {
+            type_: KubeEventType::Warning,
+            reason: crate::certificates::REASON_NOT_INSTALLED.into(),
+            note: Some(crate::certificates::not_installed_message()),
+            action: "IssueCertificate".into(),
+            secondary: None,
+        }),
+        crate::certificates::Issuance::Unknown(why) => events.push(KubeEvent {
+            type_: KubeEventType::Warning,
+            reason: crate::certificates::REASON_NOT_READY.into(),
+            note: Some(crate::text::truncate(
+                &format!("cannot list cert-manager Certificates: {why}"),
+                conditions::MAX_MESSAGE_BYTES,
+            )),
+            action: "IssueCertificate".into(),
+            secondary: None,
+        }),
+        // One Event for all: the recorder folds repeats of a reason on an
+        // object into one series that keeps the first note.
+        issuance => {
+            let faults = issuance.reported_not_ready();
+            if !faults.is_empty() {
+                events.push(KubeEvent {
+                    type_: KubeEventType::Warning,
+                    reason: crate::certificates::REASON_NOT_READY.into(),
+                    note: Some(crate::text::truncate(
+                        &faults.join("; "),
+                        conditions::MAX_MESSAGE_BYTES,
+                    )),
+                    action: "IssueCertificate".into(),
+                    secondary: None,
+                });
+            }
+        }
+    }
     if let Some(why) = &e.observed.tls.stale {
         events.push(KubeEvent {
             type_: KubeEventType::Warning,

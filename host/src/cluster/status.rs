@@ -74,6 +74,22 @@ pub fn next_status(e: &Evaluated, step: &Step, ctx: &Context) -> EtcdClusterStat
         step.describe().as_deref(),
         rolling.as_deref(),
     );
+    // Waiting for cert-manager to issue the seed's certificates is progress
+    // towards the first member, with a reason that says what it waits on.
+    if let (Step::Wait(message), Some((reason, pending, true))) =
+        (step, &facts.certificates_pending)
+        && message == pending
+        && let Some(p) = desired
+            .iter_mut()
+            .find(|c| c.type_ == conditions::PROGRESSING)
+    {
+        *p = sdk::Condition::new(
+            conditions::PROGRESSING,
+            sdk::ConditionStatus::True,
+            *reason,
+            message.clone(),
+        );
+    }
     desired.push(conditions::version_drifted(&cluster.spec.version, &running));
     let conditions = conditions::merge(&prev.conditions, &desired, generation, now);
 

@@ -103,7 +103,7 @@ pub fn cluster_selector(cluster: &str) -> String {
         .join(",")
 }
 
-fn namespace_of<K: Resource<DynamicType = ()>>(
+pub(crate) fn namespace_of<K: Resource<DynamicType = ()>>(
     obj: &K,
     kind: &'static str,
 ) -> Result<String, BuildError> {
@@ -114,7 +114,7 @@ fn namespace_of<K: Resource<DynamicType = ()>>(
     })
 }
 
-fn owner_of<K: Resource<DynamicType = ()>>(
+pub(crate) fn owner_of<K: Resource<DynamicType = ()>>(
     obj: &K,
     kind: &'static str,
 ) -> Result<OwnerReference, BuildError> {

@@ -280,30 +280,24 @@ struct TlsMount {
     client_auth: bool,
 }
 
-/// The serving Secret (`spec.tls.client.serverSecretRef`) and the peer
-/// Secret (`spec.tls.peer.secretRef`), each as a projected volume of its
-/// three keys, read-only.
+/// The serving Secret and the peer Secret ([`crate::certificates::secrets`]),
+/// each as a projected volume of its three keys, read-only.
 fn tls_mounts(cluster: &EtcdCluster) -> Vec<TlsMount> {
-    let tls = cluster.spec.tls.as_ref();
-    let client = tls.and_then(|t| t.client.as_ref()).and_then(|c| {
-        c.server_secret_ref.as_ref().map(|r| TlsMount {
-            volume: "client-tls",
-            dir: "/etc/etcd/tls/client",
-            secret: r.name.clone(),
-            peer: false,
-            client_auth: c.operator_client_secret_ref.is_some(),
-        })
+    let secrets = crate::certificates::secrets(cluster);
+    let client = secrets.server.map(|s| TlsMount {
+        volume: "client-tls",
+        dir: "/etc/etcd/tls/client",
+        secret: s.name,
+        peer: false,
+        client_auth: secrets.operator_client.is_some(),
     });
-    let peer = tls
-        .and_then(|t| t.peer.as_ref())
-        .and_then(|p| p.secret_ref.as_ref())
-        .map(|r| TlsMount {
-            volume: "peer-tls",
-            dir: "/etc/etcd/tls/peer",
-            secret: r.name.clone(),
-            peer: true,
-            client_auth: true,
-        });
+    let peer = secrets.peer.map(|s| TlsMount {
+        volume: "peer-tls",
+        dir: "/etc/etcd/tls/peer",
+        secret: s.name,
+        peer: true,
+        client_auth: true,
+    });
     client.into_iter().chain(peer).collect()
 }
 

@@ -240,7 +240,7 @@ pub struct EtcdAccess {
 
 impl EtcdAccess {
     pub fn of(cluster: &crate::api::EtcdCluster) -> Self {
-        let client = cluster.spec.tls.as_ref().and_then(|t| t.client.as_ref());
+        let tls = crate::certificates::secrets(cluster);
         EtcdAccess {
             root_secret: cluster
                 .spec
@@ -248,12 +248,8 @@ impl EtcdAccess {
                 .as_ref()
                 .and_then(|a| a.root_credentials_secret_ref.as_ref())
                 .map(|r| r.name.clone()),
-            server_tls_secret: client
-                .and_then(|c| c.server_secret_ref.as_ref())
-                .map(|r| r.name.clone()),
-            operator_tls_secret: client
-                .and_then(|c| c.operator_client_secret_ref.as_ref())
-                .map(|r| r.name.clone()),
+            server_tls_secret: tls.server.map(|s| s.name),
+            operator_tls_secret: tls.operator_client.map(|s| s.name),
         }
     }
 }

@@ -661,6 +661,43 @@ impl Env {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A real cert-manager on this control plane: its CRDs applied and
+    /// its controllers running (stop it before [`Env::shutdown`]).
+    pub async fn start_cert_manager(&self) -> steward_testbed::cert_manager::CertManager {
+        steward_testbed::cert_manager::CertManager::start(
+            self.plane.binaries(),
+            &self.plane.kubeconfig_path(),
+            self.dir(),
+        )
+        .await
+        .expect("cert-manager starts")
+    }
+
+    /// Waits for a Warning Event of `reason` whose note contains `says`,
+    /// on any object (a folded series keeps the first note).
+    pub async fn wait_warning(&self, reason: &str, says: &str) {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        let start = Instant::now();
+        loop {
+            let list = events
+                .list(&Default::default())
+                .await
+                .expect("listing Events");
+            if list.items.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+                    && e.note.as_deref().is_some_and(|n| n.contains(says))
+            }) {
+                return;
+            }
+            assert!(
+                start.elapsed() < EVENTUALLY,
+                "no Warning Event {reason} saying {says:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     pub async fn shutdown(mut self) {
         self.assert_the_default_policy_never_failed().await;
         if let Some((tx, task)) = self.operator.take() {
