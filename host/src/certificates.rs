@@ -146,7 +146,7 @@ pub fn desired(cluster: &EtcdCluster) -> Result<Vec<DynamicObject>, BuildError> 
                    usages: &[&str]| {
         let mut spec = json!({
             "secretName": secret_name(&name, suffix),
-            "commonName": format!("{name}-{suffix}"),
+            "commonName": common_name(&name, suffix),
             "issuerRef": {
                 "group": "cert-manager.io",
                 "kind": match issuer.kind.unwrap_or(IssuerKind::Issuer) {
@@ -209,6 +209,14 @@ pub fn desired(cluster: &EtcdCluster) -> Result<Vec<DynamicObject>, BuildError> 
     Ok(out)
 }
 
+/// `<cluster>-<suffix>`, cut to the 64 bytes X.509 allows a CN (cert-manager
+/// refuses a longer one); cluster names are ASCII DNS labels.
+fn common_name(cluster: &str, suffix: &str) -> String {
+    let mut cn = format!("{cluster}-{suffix}");
+    cn.truncate(64);
+    cn
+}
+
 /// A Certificate as cert-manager reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CertificateState {
@@ -222,6 +230,15 @@ pub struct CertificateState {
     pub message: String,
     /// Its spec differs from the desired one (or it does not exist).
     pub outdated: bool,
+}
+
+impl CertificateState {
+    pub fn describe(&self) -> String {
+        format!(
+            "Certificate {} (Secret {}) is not Ready: {}: {}",
+            self.name, self.secret, self.reason, self.message
+        )
+    }
 }
 
 /// The cert-manager side of a cluster's TLS, as observed.
@@ -241,32 +258,27 @@ pub const REASON_NOT_INSTALLED: &str = "CertManagerNotInstalled";
 pub const REASON_NOT_READY: &str = "CertificateNotReady";
 
 impl Issuance {
+    fn listed(&self) -> &[CertificateState] {
+        match self {
+            Issuance::Listed(certs) => certs,
+            _ => &[],
+        }
+    }
+
     /// Certificates that are not Ready, in words.
     pub fn not_ready(&self) -> Vec<String> {
-        self.describe(|c| c.ready != Some(true))
+        self.listed()
+            .iter()
+            .filter(|c| c.ready != Some(true))
+            .map(CertificateState::describe)
+            .collect()
     }
 
-    /// Certificates cert-manager reports not Ready, in its words: what a
-    /// Warning Event is for. One the operator has not created yet, or
-    /// cert-manager has not looked at yet, is not a fault.
-    pub fn reported_not_ready(&self) -> Vec<String> {
-        self.describe(|c| c.ready == Some(false))
-    }
-
-    fn describe(&self, pick: impl Fn(&CertificateState) -> bool) -> Vec<String> {
-        match self {
-            Issuance::Listed(certs) => certs
-                .iter()
-                .filter(|c| pick(c))
-                .map(|c| {
-                    format!(
-                        "Certificate {} (Secret {}) is not Ready: {}: {}",
-                        c.name, c.secret, c.reason, c.message
-                    )
-                })
-                .collect(),
-            _ => Vec::new(),
-        }
+    /// Certificates cert-manager reports not Ready: what a Warning Event
+    /// is for. One the operator has not created yet, or cert-manager has
+    /// not looked at yet, is not a fault.
+    pub fn reported_not_ready(&self) -> impl Iterator<Item = &CertificateState> {
+        self.listed().iter().filter(|c| c.ready == Some(false))
     }
 
     /// Why a cluster with no member yet must not be seeded, as the

@@ -2912,13 +2912,27 @@ fn cert_manager_issues_the_certificates_and_its_absence_or_a_pending_one_is_name
             .unwrap();
 
         // No cert-manager: refused, and the status says what to install.
-        env.wait_for("cm", "CertManagerNotInstalled", |c| {
-            condition_reason(c, "Stalled") == Some("CertManagerNotInstalled")
-                && condition(c, "Stalled") == Some("True")
-                && condition_message(c, "Available")
-                    .is_some_and(|m| m.contains("cert-manager is not installed"))
-        })
-        .await;
+        let c = env
+            .wait_for("cm", "CertManagerNotInstalled", |c| {
+                condition_reason(c, "Stalled") == Some("CertManagerNotInstalled")
+                    && condition(c, "Stalled") == Some("True")
+                    && condition_message(c, "Available")
+                        .is_some_and(|m| m.contains("cert-manager is not installed"))
+            })
+            .await;
+        assert_eq!(
+            condition(&c, "Available"),
+            Some("Unknown"),
+            "{}",
+            conditions_line(&c)
+        );
+        assert_eq!(
+            (
+                condition(&c, "Progressing"),
+                condition_reason(&c, "Progressing")
+            ),
+            (Some("False"), Some("CertManagerNotInstalled"))
+        );
         env.wait_warning(
             "CertManagerNotInstalled",
             "serves no cert-manager.io/v1 Certificate",
@@ -2998,6 +3012,33 @@ fn cert_manager_issues_the_certificates_and_its_absence_or_a_pending_one_is_name
         }
         let c = env.wait_available("cm", 3).await;
         env.assert_read_healthy(&c);
+        // Applied once each: what cert-manager stores is what the operator
+        // asked for, so no reconcile finds them outdated.
+        let certificates = Api::<DynamicObject>::namespaced_with(
+            env.client.clone(),
+            NS,
+            &kind("Certificate", "certificates"),
+        )
+        .list(&Default::default())
+        .await
+        .unwrap();
+        for c in certificates
+            .items
+            .iter()
+            .filter(|c| c.name_any() != "cm-ca-root")
+        {
+            assert_eq!(
+                c.metadata.generation,
+                Some(1),
+                "{} was applied again",
+                c.name_any()
+            );
+            let owner = &c.metadata.owner_references.as_ref().expect("owned")[0];
+            assert_eq!(
+                (owner.kind.as_str(), owner.name.as_str()),
+                ("EtcdCluster", "cm")
+            );
+        }
 
         // The members serve what cert-manager issued.
         let secrets = Api::<Secret>::namespaced(env.client.clone(), NS);
@@ -3316,6 +3357,20 @@ fn a_tls_cluster_serves_https_through_its_client_service_and_requires_client_cer
         env.wait_for("lone", "the missing Secret named", |c| {
             condition_message(c, "Available").is_some_and(|m| {
                 m.contains("no TLS configuration for etcd: Secret default/nope (spec.tls.client.operatorClientSecretRef) does not exist")
+            })
+        })
+        .await;
+        // Then a Secret without the key: named too.
+        let keyless: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "nope", "namespace": NS},
+            "type": "Opaque",
+            "stringData": {"tls.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+        }))
+        .unwrap();
+        secrets.create(&Default::default(), &keyless).await.unwrap();
+        env.wait_for("lone", "the Secret without tls.key named", |c| {
+            condition_message(c, "Available").is_some_and(|m| {
+                m.contains("Secret default/nope (spec.tls.client.operatorClientSecretRef) has no non-empty tls.key")
             })
         })
         .await;

@@ -2,10 +2,10 @@
 //! saw and concluded (status).
 //!
 //! The spec is field-compatible with the cozystack etcd-operator `v1alpha2`
-//! spec, so a manifest written for it parses here unchanged. Fields whose
-//! behaviour is not implemented yet (TLS through cert-manager) are still typed —
-//! an untyped field would be pruned silently by the apiserver — and a CEL
-//! rule rejects them with a message saying so.
+//! spec, so a manifest written for it parses here unchanged. A change the
+//! operator does not carry out (switching TLS on an existing cluster) is
+//! rejected by a CEL rule with a message saying so, never accepted and
+//! ignored.
 
 use std::collections::BTreeMap;
 

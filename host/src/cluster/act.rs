@@ -4,9 +4,9 @@
 //! The PodDisruptionBudget is applied on every reconcile, etcd up or down:
 //! it describes what the cluster can tolerate now (its voters, as the
 //! written status counts them), so it must never go stale during an
-//! outage. Then the Services and the cert-manager Certificates the
-//! observation found missing or outdated, then the step the status
-//! announced.
+//! outage. Then the Services, then the step the status announced, then
+//! the cert-manager Certificates the observation found missing or
+//! outdated.
 //!
 //! Failures here are recorded on the [`Context`] and appear in the next
 //! status (`status.lastActionError`) and as a Warning Event; they never
@@ -39,9 +39,6 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
     }
     let result = async {
         ensure_services(cluster, ctx).await?;
-        crate::certificates::apply(cluster, &e.observed.issuance, &ctx.client)
-            .await
-            .map_err(kube("applying cert-manager Certificates"))?;
         // A recover-from annotation on a cluster whose quorum the host
         // verified authorises nothing now, and must not authorise the next
         // quorum loss in advance.
@@ -57,6 +54,12 @@ pub async fn act(written: StatusWritten, ctx: &Context) -> Action {
             tracing::info!(?step, "membership step");
         }
         take(step, &written, ctx).await?;
+        // After the step: a Certificate cert-manager refuses must not hold
+        // up the membership of members whose Secrets exist. A cluster
+        // waiting for its seed's Certificates has no step to take.
+        crate::certificates::apply(cluster, &e.observed.issuance, &ctx.client)
+            .await
+            .map_err(kube("applying cert-manager Certificates"))?;
         Ok::<Step, ActError>(step.clone())
     }
     .await;

@@ -131,23 +131,30 @@ pub async fn events(written: &StatusWritten, ctx: &Context) {
                 &format!("cannot list cert-manager Certificates: {why}"),
                 conditions::MAX_MESSAGE_BYTES,
             )),
-            action: "IssueCertificate".into(),
+            action: "ListCertificates".into(),
             secondary: None,
         }),
-        // One Event for all: the recorder folds repeats of a reason on an
-        // object into one series that keeps the first note.
+        // One Event per Certificate, related to it: the recorder folds
+        // repeats of a reason on the same pair of objects into one series
+        // that keeps its first note.
         issuance => {
-            let faults = issuance.reported_not_ready();
-            if !faults.is_empty() {
+            let ns = e.observed.cluster.namespace();
+            for c in issuance.reported_not_ready() {
                 events.push(KubeEvent {
                     type_: KubeEventType::Warning,
                     reason: crate::certificates::REASON_NOT_READY.into(),
                     note: Some(crate::text::truncate(
-                        &faults.join("; "),
+                        &c.describe(),
                         conditions::MAX_MESSAGE_BYTES,
                     )),
                     action: "IssueCertificate".into(),
-                    secondary: None,
+                    secondary: Some(k8s_openapi::api::core::v1::ObjectReference {
+                        api_version: Some("cert-manager.io/v1".into()),
+                        kind: Some("Certificate".into()),
+                        name: Some(c.name.clone()),
+                        namespace: ns.clone(),
+                        ..Default::default()
+                    }),
                 });
             }
         }
