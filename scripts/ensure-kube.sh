@@ -59,7 +59,6 @@ go build -trimpath -ldflags "-s -w" -o "$tmp/cert-manager" ./cmd/certmanager
 # Its CRDs, as its module ships them (v1 only, so no conversion webhook).
 mkdir "$tmp/cert-manager-crds"
 cp "$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"/deploy/crds/*.yaml "$tmp/cert-manager-crds/"
-rm -f "$tmp/cert-manager-crds/README.md"
 for b in "${need[@]}"; do ln -s kube "$tmp/$b"; done
 rm -rf "$out"; mv "$tmp" "$out"
 "$out/kube-apiserver" --version >&2

@@ -414,15 +414,11 @@ pub async fn apply(
         {
             continue;
         }
-        let mut object = want.clone();
-        object.types = Some(kube::api::TypeMeta {
-            api_version: "cert-manager.io/v1".into(),
-            kind: "Certificate".into(),
-        });
+        // `DynamicObject::new` set apiVersion and kind, as apply needs.
         api.patch(
             &want.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&object),
+            &Patch::Apply(&want),
         )
         .await?;
     }

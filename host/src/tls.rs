@@ -108,11 +108,8 @@ pub async fn prepare(cluster: &EtcdCluster, ctx: &Context) -> Prepared {
     let secrets = crate::certificates::secrets(cluster);
     let mut prepared = Prepared {
         facts: sdk::TlsFacts {
-            client: cluster
-                .spec
-                .tls
-                .as_ref()
-                .is_some_and(|t| t.client.is_some()),
+            // CEL: spec.tls.client always names a serving certificate.
+            client: secrets.server.is_some(),
             client_cert_auth: secrets.operator_client.is_some(),
             peer: secrets.peer.is_some(),
             certificates: Vec::new(),

@@ -285,12 +285,10 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
     crate::auth::prepare(cluster, ctx).await;
     let issuance = crate::certificates::observe(cluster, &ctx.client).await;
     let tls = crate::tls::prepare(cluster, ctx).await;
+    let waiting_for_certificates = issuance.blocks_seed().map(|(_, why, _)| why);
     let probing = if targets.is_empty() {
         sdk::Probing::Skipped(if members.is_empty() {
-            match issuance.blocks_seed() {
-                Some((_, why, _)) => why,
-                None => "the cluster has no members yet".into(),
-            }
+            waiting_for_certificates.unwrap_or_else(|| "the cluster has no members yet".into())
         } else {
             "every member is dormant (replicas 0)".into()
         })
@@ -298,10 +296,7 @@ pub async fn observe(cluster: &Arc<EtcdCluster>, ctx: &Context) -> Observed {
         // Without the CA (or the client certificate the members require)
         // every call fails its handshake: what the status must say is why
         // the configuration is missing, cert-manager's part first.
-        let why = match issuance.blocks_seed() {
-            Some((_, waiting, _)) => waiting,
-            None => why.clone(),
-        };
+        let why = waiting_for_certificates.unwrap_or_else(|| why.clone());
         sdk::Probing::Skipped(format!("no TLS configuration for etcd: {why}"))
     } else {
         sdk::Probing::Attempted(

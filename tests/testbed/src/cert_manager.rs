@@ -75,10 +75,6 @@ impl CertManager {
         Ok(CertManager { component })
     }
 
-    pub fn log_tail(&self) -> String {
-        self.component.log_tail()
-    }
-
     pub fn stop(mut self) {
         self.component.stop(Duration::from_secs(5));
     }
